@@ -1,0 +1,255 @@
+"""Metrics from per-request records (the format in `specbench.records`), and one summary per run.
+
+Every function reads records only, so runs from the reference engine, vLLM and SGLang are measured by the same
+code, and a report can be rebuilt from saved records. Failed records are counted but excluded from every metric:
+a request that died half-way would otherwise pull AL and throughput towards whatever it managed before failing.
+
+Words follow DESIGN.md §2: a *step* is one target verification pass for one sequence; `emitted` counts the tokens
+it output (cut by EOS / max_new_tokens), `accepted` the drafted tokens the target agreed with (not cut, so hit
+rates see what the drafter got right even when the sequence ended mid-path).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from specbench.errors import SpecbenchError
+from specbench.records import read_manifest, read_records
+
+Record = dict[str, Any]
+
+REQUIRED_MANIFEST_KEYS = ("run_id", "method", "engine", "dataset", "budget", "concurrency")
+MANIFEST_KEYS = REQUIRED_MANIFEST_KEYS + (
+    "target", "dtype", "device", "compare_id", "command", "created", "seed", "method_config",
+)
+# A speedup is only meaningful against vanilla decoding of the same model in the same conditions.
+BASELINE_MATCH_KEYS = ("engine", "dataset", "concurrency", "target", "dtype")
+BASELINE_METHOD = "vanilla"
+
+
+def ok_records(records: Iterable[Record]) -> list[Record]:
+    return [r for r in records if r["status"] == "ok"]
+
+
+def _steps(records: Iterable[Record]) -> list[dict[str, Any]]:
+    return [s for r in ok_records(records) for s in r["steps"]]
+
+
+def _ratio(num: float, den: float) -> float | None:
+    """None instead of NaN when there is nothing to divide by, so summaries stay valid JSON."""
+    return float(num) / den if den else None
+
+
+def _mean(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
+def acceptance_length(records: Iterable[Record]) -> dict[str, float | None]:
+    """AL two ways: token-weighted (sum emitted / sum steps) and the mean of per-request ALs.
+
+    Both are reported because long requests dominate the first and each request counts once in the second.
+    The token sampled from the prefill's logits is not a step and is not counted here.
+    """
+    records = ok_records(records)
+    steps = _steps(records)
+    per_request = [sum(s["emitted"] for s in r["steps"]) / len(r["steps"]) for r in records if r["steps"]]
+    return {
+        "token_weighted": _ratio(sum(s["emitted"] for s in steps), len(steps)),
+        "per_request_mean": _mean(per_request),
+    }
+
+
+def hit_rates(records: Iterable[Record]) -> dict[str, list[float | None]]:
+    """Per-position hit rate for draft depths 1..D (index 0 is depth 1), both definitions of DESIGN.md §2.
+
+    unconditional[d] = steps whose accepted path reaches depth d / steps that drafted anything (vLLM's);
+    conditional[d]   = steps reaching d / steps reaching d-1, both among steps whose tree was at least d deep
+    (EAGLE's alpha), so a shallow dynamic tree does not count as a miss at depths it never drafted.
+    Vanilla records (no drafted steps) give empty lists.
+    """
+    drafting = [s for s in _steps(records) if s["drafted"] > 0]
+    max_depth = max((s["depth"] for s in drafting), default=0)
+    unconditional, conditional = [], []
+    for d in range(1, max_depth + 1):
+        unconditional.append(_ratio(sum(s["accepted"] >= d for s in drafting), len(drafting)))
+        deep = [s for s in drafting if s["depth"] >= d]
+        conditional.append(_ratio(sum(s["accepted"] >= d for s in deep), sum(s["accepted"] >= d - 1 for s in deep)))
+    return {"unconditional": unconditional, "conditional": conditional}
+
+
+def acceptance_histogram(records: Iterable[Record]) -> dict[int, int]:
+    """Steps by number of accepted drafts, sorted by that number."""
+    counts: dict[int, int] = {}
+    for s in _steps(records):
+        counts[s["accepted"]] = counts.get(s["accepted"], 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def al_by_entropy_quartile(records: Iterable[Record]) -> list[dict[str, Any]]:
+    """Token-weighted AL in each quartile of requests sorted by mean target entropy.
+
+    Shows whether a drafter only wins on easy (low-entropy) text. Always four entries; a quartile with no
+    request (fewer than four requests with an entropy) has n = 0 and None values. Requests whose engine gave
+    no entropy (null or NaN) are left out of the split.
+    """
+    with_entropy = [r for r in ok_records(records)
+                    if r["mean_entropy"] is not None and math.isfinite(r["mean_entropy"])]
+    with_entropy.sort(key=lambda r: r["mean_entropy"])
+    quartiles = []
+    for i, idx in enumerate(np.array_split(np.arange(len(with_entropy)), 4)):
+        group = [with_entropy[j] for j in idx]
+        entropies = [r["mean_entropy"] for r in group]
+        quartiles.append({
+            "quartile": i + 1,
+            "n": len(group),
+            "entropy_min": float(min(entropies)) if group else None,
+            "entropy_max": float(max(entropies)) if group else None,
+            "al": acceptance_length(group)["token_weighted"],
+        })
+    return quartiles
+
+
+def union_length(intervals: Iterable[tuple[float, float]]) -> float:
+    """Total length covered by the intervals, overlaps counted once.
+
+    Aggregate throughput divides by this rather than by last end - first start: in an interleaved comparison a
+    run's requests are separated by gaps where other methods ran, and a resumed run has a gap between sessions.
+    """
+    total, cur_start, cur_end = 0.0, None, None
+    for start, end in sorted(intervals):
+        if cur_end is None or start > cur_end:
+            if cur_end is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    if cur_end is not None:
+        total += cur_end - cur_start
+    return total
+
+
+def throughput(records: Iterable[Record]) -> dict[str, float | None]:
+    """Aggregate tok/s, per-user tok/s, TTFT (mean, p50, p90) and mean TPOT, all in seconds or tokens/s.
+
+    Output tokens include the one sampled from the prefill's logits. TPOT needs at least two output tokens.
+    """
+    records = ok_records(records)
+    n_out = [len(r["output_token_ids"]) for r in records]
+    wall = union_length((r["t_start"], r["t_end"]) for r in records)
+    ttft = [r["ttft_s"] for r in records]
+    tpot = [(r["latency_s"] - r["ttft_s"]) / (n - 1) for r, n in zip(records, n_out) if n >= 2]
+    return {
+        "output_tokens": sum(n_out),
+        "wall_s": wall,
+        "aggregate_tok_s": _ratio(sum(n_out), wall),
+        "per_user_tok_s": _mean([n / r["latency_s"] for r, n in zip(records, n_out) if r["latency_s"] > 0]),
+        "ttft_mean_s": _mean(ttft),
+        "ttft_p50_s": float(np.percentile(ttft, 50)) if ttft else None,
+        "ttft_p90_s": float(np.percentile(ttft, 90)) if ttft else None,
+        "tpot_mean_s": _mean(tpot),
+    }
+
+
+def summarize_records(records: list[Record]) -> dict[str, Any]:
+    """Every metric for one set of records, flat so tables can pick columns by name.
+
+    The histogram's keys are strings so the summary is unchanged by a JSON round trip.
+    """
+    ok = ok_records(records)
+    al = acceptance_length(ok)
+    hits = hit_rates(ok)
+    return {
+        "n_ok": len(ok),
+        "n_failed": len(records) - len(ok),
+        "n_steps": len(_steps(ok)),
+        "al_token_weighted": al["token_weighted"],
+        "al_per_request_mean": al["per_request_mean"],
+        "hit_rate_unconditional": hits["unconditional"],
+        "hit_rate_conditional": hits["conditional"],
+        "acceptance_histogram": {str(k): v for k, v in acceptance_histogram(ok).items()},
+        "entropy_quartiles": al_by_entropy_quartile(ok),
+        **throughput(ok),
+    }
+
+
+def _load_manifest(run_dir: Path) -> dict[str, Any]:
+    if not run_dir.is_dir():
+        raise SpecbenchError(f"{run_dir}: not a run directory (no such directory)")
+    try:
+        manifest = read_manifest(run_dir)
+    except ValueError as err:
+        raise SpecbenchError(f"{run_dir}: manifest.json is not valid JSON ({err})") from None
+    missing = [k for k in REQUIRED_MANIFEST_KEYS if k not in manifest]
+    if missing:
+        raise SpecbenchError(f"{run_dir}: manifest.json lacks {', '.join(missing)}")
+    return manifest
+
+
+def summarize_run(run_dir: str | Path) -> dict[str, Any]:
+    """Manifest fields + every metric over the run's ok records + the same metrics per category.
+
+    JSON-serialisable. `manifest` keeps the whole manifest for keys the report shows when present.
+    """
+    run_dir = Path(run_dir)
+    manifest = _load_manifest(run_dir)
+    records = read_records(run_dir)
+    categories = sorted({r["category"] for r in records})
+    return {
+        **{k: manifest.get(k) for k in MANIFEST_KEYS},
+        "run_dir": str(run_dir),
+        "manifest": manifest,
+        **summarize_records(records),
+        "per_category": {c: summarize_records([r for r in records if r["category"] == c]) for c in categories},
+    }
+
+
+def _created_seconds(summary: dict[str, Any]) -> float | None:
+    try:
+        return datetime.fromisoformat(summary["created"]).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+def _baseline_for(summary: dict[str, Any], summaries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The vanilla run that matches on BASELINE_MATCH_KEYS, preferring the same `compare_id` (measured
+    interleaved, so machine drift cancels), then the one created closest in time."""
+    candidates = [s for s in summaries if s["method"] == BASELINE_METHOD
+                  and all(s.get(k) == summary.get(k) for k in BASELINE_MATCH_KEYS)]
+    if not candidates:
+        return None
+    here = _created_seconds(summary)
+
+    def rank(s: dict[str, Any]) -> tuple[bool, float, str]:
+        same_compare = summary.get("compare_id") is not None and s.get("compare_id") == summary["compare_id"]
+        there = _created_seconds(s)
+        gap = abs(there - here) if here is not None and there is not None else math.inf
+        return (not same_compare, gap, str(s["run_id"]))
+
+    return min(candidates, key=rank)
+
+
+def speedups(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each summary (same order): its vanilla baseline's run_id and the aggregate tok/s ratio, overall and
+    per category. `baseline` and the ratios are None when no matching vanilla run (or no throughput) exists."""
+    out = []
+    for summary in summaries:
+        base = _baseline_for(summary, summaries)
+
+        def ratio(mine: dict[str, Any], theirs: dict[str, Any] | None) -> float | None:
+            if theirs is None or mine["aggregate_tok_s"] is None or not theirs["aggregate_tok_s"]:
+                return None
+            return mine["aggregate_tok_s"] / theirs["aggregate_tok_s"]
+
+        out.append({
+            "run_id": summary["run_id"],
+            "baseline": base["run_id"] if base else None,
+            "speedup": ratio(summary, base),
+            "per_category": {c: ratio(cat, base["per_category"].get(c) if base else None)
+                             for c, cat in summary["per_category"].items()},
+        })
+    return out

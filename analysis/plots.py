@@ -1,0 +1,203 @@
+"""PNG plots from run summaries (`metrics.summarize_run`), one function per figure of DESIGN.md §7.
+
+Figures are built on `matplotlib.figure.Figure` (Agg), never pyplot, so plotting holds no global state and needs
+no display. Each function returns a `Plot` that says what was drawn and what was not: a run that cannot appear
+(e.g. vanilla in a hit-rate plot) is named in `note`, and a figure with nothing to draw writes no file and says
+why, so the report can print that instead of an image.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+Summary = dict[str, Any]
+
+# What tells two runs of one dataset apart; labels show the method and whichever of the others vary.
+SERIES_KEYS = ("engine", "target", "dtype", "method", "budget", "concurrency")
+PANEL_W, PANEL_H = 6.0, 3.8
+
+
+@dataclass(frozen=True)
+class Plot:
+    title: str
+    path: Path | None  # None when there was nothing to draw
+    note: str = ""     # what was left out and why ("" when everything is drawn)
+
+
+def _format_key(key: str, value: Any) -> str:
+    return {"budget": f"L={value}", "concurrency": f"C={value}"}.get(key, str(value))
+
+
+def _labeler(summaries: list[Summary], keys: Iterable[str]) -> Callable[[Summary], str]:
+    """Labels naming the method and the other keys that differ between summaries, so legends stay short."""
+    shown = [k for k in keys if k == "method" or len({repr(s.get(k)) for s in summaries}) > 1]
+    return lambda s: " ".join(_format_key(k, s.get(k)) for k in shown)
+
+
+def _sort_key(s: Summary) -> tuple:
+    return (*(str(s.get(k)) for k in ("engine", "target", "dtype", "method")), s["budget"], s["concurrency"])
+
+
+def _by_dataset(summaries: list[Summary]) -> dict[str, list[Summary]]:
+    groups: dict[str, list[Summary]] = {}
+    for s in sorted(summaries, key=_sort_key):
+        groups.setdefault(str(s["dataset"]), []).append(s)
+    return dict(sorted(groups.items()))
+
+
+def _latest_per_setting(summaries: list[Summary]) -> tuple[list[Summary], list[Summary]]:
+    """(runs to draw, repeated runs superseded by a later one with the same dataset and SERIES_KEYS): two points
+    for one setting would draw a zigzag or hide a bar, so only the newest is drawn and the others are named."""
+    latest: dict[tuple, Summary] = {}
+    for s in sorted(summaries, key=lambda s: str(s.get("created"))):
+        latest[(s["dataset"], *(repr(s.get(k)) for k in SERIES_KEYS))] = s
+    kept = {id(s) for s in latest.values()}
+    return [s for s in summaries if id(s) in kept], [s for s in summaries if id(s) not in kept]
+
+
+def _select(summaries: list[Summary], can_draw: Callable[[Summary], bool], why: str) -> tuple[list[Summary], str]:
+    """(runs to draw, note naming every run that is not drawn and why)."""
+    runs, superseded = _latest_per_setting(summaries)
+    label = _labeler(summaries, ("dataset", *SERIES_KEYS))
+    missing = [s for s in runs if not can_draw(s)]
+    notes = []
+    if missing:
+        notes.append(f"{why}, not shown: {', '.join(label(s) for s in missing)}.")
+    if superseded:
+        notes.append("Repeated settings, only the newest run drawn; not shown: "
+                     f"{', '.join(str(s['run_id']) for s in superseded)}.")
+    if not runs:
+        notes.append("No runs to plot.")
+    return [s for s in runs if can_draw(s)], " ".join(notes)
+
+
+def _nothing(title: str, path: Path, note: str) -> Plot:
+    """No figure; a file left at `path` by an earlier report is removed so the folder matches the page."""
+    path.unlink(missing_ok=True)
+    return Plot(title, None, note)
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    return path
+
+
+def _nan(values: Iterable[float | None]) -> list[float]:
+    """None -> NaN, which matplotlib draws as a gap."""
+    return [math.nan if v is None else v for v in values]
+
+
+def _legend(ax: Axes) -> None:
+    """Outside the axes, right of them, so no line or bar hides behind it."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+
+
+def al_vs_budget(summaries: list[Summary], path: Path) -> Plot:
+    """Token-weighted AL against budget L: one panel per dataset, one line per method (and engine / C if mixed)."""
+    title = "Acceptance length vs budget"
+    drawable, note = _select(summaries, lambda s: s["al_token_weighted"] is not None, "No steps")
+    if not drawable:
+        return _nothing(title, path, note)
+    label = _labeler(drawable, ("engine", "target", "dtype", "method", "concurrency"))
+    groups = _by_dataset(drawable)
+    fig = Figure(figsize=(PANEL_W * len(groups), PANEL_H), layout="constrained")
+    for ax, (dataset, runs) in zip(fig.subplots(1, len(groups), squeeze=False)[0], groups.items()):
+        series: dict[str, list[Summary]] = {}
+        for s in runs:
+            series.setdefault(label(s), []).append(s)
+        for name, points in series.items():
+            points.sort(key=lambda s: s["budget"])
+            ax.plot([s["budget"] for s in points], [s["al_token_weighted"] for s in points], marker="o", label=name)
+        budgets = sorted({s["budget"] for s in runs})
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(budgets, [str(b) for b in budgets])
+        ax.minorticks_off()
+        ax.set(title=dataset, xlabel="budget L (tokens verified per step)", ylabel="AL (tokens / step)")
+        ax.grid(alpha=0.3)
+        _legend(ax)
+    return Plot(title, _save(fig, path), note)
+
+
+def hit_rate_by_depth(summaries: list[Summary], path: Path) -> Plot:
+    """Per-position hit rate by draft depth, unconditional (left) and conditional (right), one row per dataset."""
+    title = "Per-position hit rate by depth"
+    drawable, note = _select(summaries, lambda s: bool(s["hit_rate_unconditional"]), "No drafted tokens")
+    if not drawable:
+        return _nothing(title, path, note)
+    label = _labeler(drawable, SERIES_KEYS)
+    groups = _by_dataset(drawable)
+    fig = Figure(figsize=(PANEL_W * 2, PANEL_H * len(groups)), layout="constrained")
+    for row, (dataset, runs) in zip(fig.subplots(len(groups), 2, squeeze=False), groups.items()):
+        for ax, key, kind in zip(row, ("hit_rate_unconditional", "hit_rate_conditional"),
+                                 ("unconditional: reached d / drafting steps", "conditional: reached d / reached d-1")):
+            for s in runs:
+                ax.plot(range(1, len(s[key]) + 1), _nan(s[key]), marker="o", label=label(s))
+            ax.set(title=f"{dataset} — {kind}", xlabel="draft depth d", ylabel="hit rate", ylim=(0, 1.05))
+            ax.xaxis.get_major_locator().set_params(integer=True)
+            ax.grid(alpha=0.3)
+        _legend(row[1])  # both panels show the same runs
+    return Plot(title, _save(fig, path), note)
+
+
+def al_by_entropy(summaries: list[Summary], path: Path) -> Plot:
+    """Token-weighted AL in each entropy quartile of requests (Q1 = lowest entropy), one panel per dataset."""
+    title = "Acceptance length by entropy quartile"
+    drawable, note = _select(summaries, lambda s: any(q["al"] is not None for q in s["entropy_quartiles"]),
+                             "No entropy recorded")
+    if not drawable:
+        return _nothing(title, path, note)
+    label = _labeler(drawable, SERIES_KEYS)
+    groups = _by_dataset(drawable)
+    fig = Figure(figsize=(PANEL_W * len(groups), PANEL_H), layout="constrained")
+    for ax, (dataset, runs) in zip(fig.subplots(1, len(groups), squeeze=False)[0], groups.items()):
+        for s in runs:
+            ax.plot([1, 2, 3, 4], _nan(q["al"] for q in s["entropy_quartiles"]), marker="o", label=label(s))
+        ax.set(title=dataset, xlabel="entropy quartile (Q1 = most predictable)", ylabel="AL (tokens / step)")
+        ax.set_xticks([1, 2, 3, 4], ["Q1", "Q2", "Q3", "Q4"])
+        ax.grid(alpha=0.3)
+        _legend(ax)
+    return Plot(title, _save(fig, path), note)
+
+
+def throughput_by_concurrency(summaries: list[Summary], path: Path) -> Plot:
+    """Aggregate tok/s as grouped bars: one group per concurrency C, one bar per method / budget."""
+    title = "Throughput by concurrency"
+    drawable, note = _select(summaries, lambda s: s["aggregate_tok_s"] is not None, "No finished requests")
+    if not drawable:
+        return _nothing(title, path, note)
+    label = _labeler(drawable, ("engine", "target", "dtype", "method", "budget"))
+    groups = _by_dataset(drawable)
+    fig = Figure(figsize=(PANEL_W * len(groups), PANEL_H), layout="constrained")
+    for ax, (dataset, runs) in zip(fig.subplots(1, len(groups), squeeze=False)[0], groups.items()):
+        levels = sorted({s["concurrency"] for s in runs})
+        names = list(dict.fromkeys(label(s) for s in runs))
+        width = 0.8 / len(names)
+        for i, name in enumerate(names):
+            tok_s = {s["concurrency"]: s["aggregate_tok_s"] for s in runs if label(s) == name}
+            xs = [x for x, c in enumerate(levels) if c in tok_s]
+            bars = ax.bar([x - 0.4 + width * (i + 0.5) for x in xs], [tok_s[levels[x]] for x in xs],
+                          width, label=name)
+            ax.bar_label(bars, fmt="%.0f", fontsize="x-small")
+        ax.set_xticks(range(len(levels)), [f"C={c}" for c in levels])
+        ax.set(title=dataset, ylabel="aggregate tokens / s")
+        ax.grid(axis="y", alpha=0.3)
+        _legend(ax)
+    return Plot(title, _save(fig, path), note)
+
+
+def all_plots(summaries: list[Summary], out_dir: Path) -> list[Plot]:
+    """Every figure of the report, written into out_dir under fixed names."""
+    return [
+        al_vs_budget(summaries, out_dir / "al_vs_budget.png"),
+        hit_rate_by_depth(summaries, out_dir / "hit_rate_by_depth.png"),
+        al_by_entropy(summaries, out_dir / "al_by_entropy.png"),
+        throughput_by_concurrency(summaries, out_dir / "throughput.png"),
+    ]

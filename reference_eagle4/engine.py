@@ -1,0 +1,183 @@
+"""Continuous-batching speculative decoding over the reference target.
+
+Up to C sequences live in KV slots 0..C-1. Each step the proposer drafts one tree per sequence, one
+batched target forward scores every tree, the shared verifier walks each tree, and the accepted path is
+kept in the cache. A finished sequence frees its slot for the next waiting request (prefilled on its
+own); when none waits, the last live sequence moves into the hole so the live slots stay a prefix.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import torch
+from torch import Tensor
+
+from reference_eagle4.model import KVCache, Transformer
+from reference_eagle4.proposers.base import Proposer
+from reference_eagle4.tree import DraftTree
+from reference_eagle4.verify import Sampling, draw, entropy, walk
+
+
+@dataclass
+class Request:
+    id: str
+    prompt_ids: list[int]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Sequence:
+    request: Request
+    slot: int
+    generator: torch.Generator | None
+    tokens: list[int]                       # prompt + output so far; tokens[-1] is the next root
+    output: list[int] = field(default_factory=list)
+    steps: list[dict[str, int]] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)
+    t_start: float = 0.0
+    t_first: float = 0.0
+    t_end: float = 0.0
+    state: Any = None                        # the proposer's own per-sequence state
+    done: bool = False
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_new_tokens: int = 128
+    sampling: Sampling = Sampling()
+    eos_ids: tuple[int, ...] = ()
+    concurrency: int = 1
+    seed: int = 0
+
+
+def seed_for(seed: int, request_id: str) -> int:
+    """A per-request seed, so a request's samples do not depend on what it was batched with."""
+    h = 1469598103934665603
+    for ch in f"{seed}:{request_id}".encode():
+        h = ((h ^ ch) * 1099511628211) % (1 << 63)
+    return h
+
+
+class Engine:
+    def __init__(self, target: Transformer, proposer: Proposer, config: GenerationConfig, max_len: int):
+        self.target = target
+        self.proposer = proposer
+        self.config = config
+        self.cache: KVCache = target.new_cache(config.concurrency, max_len)
+        self.capture = proposer.capture
+        self.device = target.embed.weight.device
+
+    # -- one sequence ------------------------------------------------------------------------------
+    def _emit(self, seq: Sequence, tokens: list[int]) -> int:
+        """Append tokens until EOS or max_new_tokens; return how many were emitted."""
+        n = 0
+        for tok in tokens:
+            if seq.done:
+                break
+            seq.output.append(tok)
+            seq.tokens.append(tok)
+            n += 1
+            if tok in self.config.eos_ids or len(seq.output) >= self.config.max_new_tokens:
+                seq.done = True
+        return n
+
+    def _admit(self, request: Request, slot: int) -> Sequence:
+        cfg = self.config
+        gen = None
+        if not cfg.sampling.greedy:
+            gen = torch.Generator().manual_seed(seed_for(cfg.seed, request.id))
+        seq = Sequence(request, slot, gen, list(request.prompt_ids), t_start=time.time())
+        ids = torch.tensor([request.prompt_ids], device=self.device)
+        last = torch.zeros(ids.shape, dtype=torch.bool, device=self.device)
+        last[0, -1] = True
+        self.cache.lengths[slot] = 0
+        logits, hidden = self.target(ids, self.cache, first_slot=slot, capture=self.capture, logits_rows=last)
+        self.cache.keep(slot, torch.arange(ids.shape[1], device=self.device))
+        seq.entropies.append(float(entropy(logits)[0]))
+        first = int(draw(logits, cfg.sampling, gen)[0])
+        self._emit(seq, [first])
+        seq.t_first = time.time()
+        self.proposer.begin(seq, [h[0] for h in hidden])
+        return seq
+
+    # -- one step for all live sequences -------------------------------------------------------------
+    def _step(self, seqs: list[Sequence]) -> None:
+        trees = self.proposer.propose(seqs)
+        B, T = len(seqs), max(len(t) for t in trees)
+        tokens = torch.zeros(B, T, dtype=torch.long)
+        depths = torch.zeros(B, T, dtype=torch.long)
+        masks = torch.empty(B, T, T, dtype=torch.bool)
+        for b, tree in enumerate(trees):
+            n = len(tree)
+            tokens[b, :n] = torch.tensor(tree.tokens)
+            depths[b, :n] = torch.tensor(tree.depths)
+            masks[b] = tree.mask(T)
+        dev = self.device
+        logits, hidden = self.target(tokens.to(dev), self.cache, tree_mask=masks.to(dev),
+                                     depths=depths.to(dev), capture=self.capture)
+        greedy = self.config.sampling.greedy
+        argmax = logits.argmax(-1).tolist() if greedy else None
+        rows: list[tuple[int, int]] = []
+        for b, (seq, tree) in enumerate(zip(seqs, trees)):
+            targets = argmax[b] if argmax is not None else \
+                draw(logits[b, : len(tree)], self.config.sampling, seq.generator).tolist()
+            verdict = walk(tree, targets)
+            emitted = self._emit(seq, verdict.tokens)
+            path = torch.tensor(verdict.path, device=dev)
+            self.cache.keep(seq.slot, path)
+            rows.extend((b, node) for node in verdict.path[:emitted])
+            seq.steps.append(self._step_record(tree, verdict.path, emitted))
+            if not seq.done:
+                self.proposer.accepted(seq, verdict.path, [h[b, path] for h in hidden])
+        idx = torch.tensor(rows, device=dev)
+        ents = entropy(logits[idx[:, 0], idx[:, 1]]).tolist()
+        for (b, _), ent in zip(rows, ents):
+            seqs[b].entropies.append(ent)
+
+    @staticmethod
+    def _step_record(tree: DraftTree, path: list[int], emitted: int) -> dict[str, int]:
+        return {"emitted": emitted, "accepted": len(path) - 1, "drafted": len(tree) - 1,
+                "budget": len(tree), "depth": tree.depth}
+
+    # -- the scheduler ---------------------------------------------------------------------------------
+    def generate(self, requests: Iterable[Request], on_done: Callable[[Sequence], None]) -> None:
+        """Decode every request, calling `on_done` as each finishes (in finishing order)."""
+        waiting = iter(requests)
+        live: list[Sequence] = []
+        exhausted = False
+        with torch.inference_mode():
+            while True:
+                while not exhausted and len(live) < self.config.concurrency:
+                    req = next(waiting, None)
+                    if req is None:
+                        exhausted = True
+                        break
+                    seq = self._admit(req, len(live))
+                    if seq.done:
+                        self._finish(seq, on_done)
+                    else:
+                        live.append(seq)
+                if not live:
+                    return
+                self._step(live)
+                finished = [s for s in live if s.done]
+                if finished:
+                    live = [s for s in live if not s.done]
+                    for seq in finished:
+                        self._finish(seq, on_done)
+                    self._compact_slots(live)
+
+    def _finish(self, seq: Sequence, on_done: Callable[[Sequence], None]) -> None:
+        seq.t_end = time.time()
+        self.proposer.end(seq)
+        on_done(seq)
+
+    def _compact_slots(self, live: list[Sequence]) -> None:
+        for new_slot, seq in enumerate(live):
+            if seq.slot != new_slot:
+                self.cache.move(seq.slot, new_slot)
+                self.proposer.moved(seq, seq.slot, new_slot)
+                seq.slot = new_slot

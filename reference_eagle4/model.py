@@ -1,0 +1,276 @@
+"""A Llama-family target in plain PyTorch over a preallocated, ragged, tree-capable KV cache.
+
+One `forward` serves prefill, vanilla decoding and tree verification: every sequence in the batch appends
+up to T tokens after its own cached length, and a per-sequence T x T mask says which of the new tokens
+each new token may see (causal for prefill and chains, ancestors-only for trees). The prefix is always
+visible. Positions are given explicitly (context length + tree depth).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab_size: int
+    norm_eps: float
+    rope_theta: float
+    max_position: int
+    tie_embeddings: bool
+
+    @classmethod
+    def from_hf_config(cls, path: str | Path) -> "ModelArgs":
+        cfg = json.loads(Path(path).read_text())
+        rope = cfg.get("rope_parameters") or {}
+        n_heads = cfg["num_attention_heads"]
+        return cls(
+            dim=cfg["hidden_size"],
+            n_layers=cfg["num_hidden_layers"],
+            n_heads=n_heads,
+            n_kv_heads=cfg.get("num_key_value_heads", n_heads),
+            head_dim=cfg.get("head_dim") or cfg["hidden_size"] // n_heads,
+            intermediate=cfg["intermediate_size"],
+            vocab_size=cfg["vocab_size"],
+            norm_eps=cfg.get("rms_norm_eps", 1e-5),
+            rope_theta=rope.get("rope_theta", cfg.get("rope_theta", 10000.0)),
+            max_position=cfg.get("max_position_embeddings", 2048),
+            tie_embeddings=cfg.get("tie_word_embeddings", False),
+        )
+
+    @property
+    def eagle_layers(self) -> tuple[int, int, int]:
+        """Layers whose *input* hidden states EAGLE-3 style drafters fuse (low, mid, high)."""
+        return (2, self.n_layers // 2, self.n_layers - 3)
+
+
+class KVCache:
+    """Keys and values for `slots` sequences, each with its own length, in one tensor per kind.
+
+    Layout [layer, slot, kv_head, position, head_dim] keeps a slot's rows contiguous per layer, so a
+    batch of slots 0..B-1 is a view and the accepted-path compaction is one indexed copy for all layers.
+    """
+
+    def __init__(self, args: ModelArgs, slots: int, max_len: int, dtype: torch.dtype, device: str = "cpu"):
+        shape = (args.n_layers, slots, args.n_kv_heads, max_len, args.head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.lengths = torch.zeros(slots, dtype=torch.long, device=device)
+        self.max_len = max_len
+
+    def keep(self, slot: int, src: Tensor) -> None:
+        """Keep the new tokens at offsets `src` (relative to the slot's length) in order; drop the rest."""
+        start = int(self.lengths[slot])
+        n = src.numel()
+        if not torch.equal(src, torch.arange(n, device=src.device)):
+            dst = slice(start, start + n)
+            idx = start + src
+            self.k[:, slot, :, dst] = self.k[:, slot, :, idx]
+            self.v[:, slot, :, dst] = self.v[:, slot, :, idx]
+        self.lengths[slot] = start + n
+
+    def move(self, src_slot: int, dst_slot: int) -> None:
+        """Move a sequence to another slot, so that live sequences stay in slots 0..B-1."""
+        n = int(self.lengths[src_slot])
+        self.k[:, dst_slot, :, :n] = self.k[:, src_slot, :, :n]
+        self.v[:, dst_slot, :, :n] = self.v[:, src_slot, :, :n]
+        self.lengths[dst_slot] = n
+        self.lengths[src_slot] = 0
+
+
+def rope_tables(args: ModelArgs, device: str = "cpu") -> tuple[Tensor, Tensor]:
+    """cos/sin for every position, computed in float64 and with an explicit device (safe under meta init)."""
+    steps = torch.arange(0, args.head_dim, 2, dtype=torch.float64, device=device)
+    inv = 1.0 / (args.rope_theta ** (steps / args.head_dim))
+    ang = torch.outer(torch.arange(args.max_position, dtype=torch.float64, device=device), inv)
+    ang = torch.cat([ang, ang], dim=-1)
+    return ang.cos().float(), ang.sin().float()
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """HF Llama convention (rotate halves); x [B, H, T, D], cos/sin [B, 1, T, D]."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+
+class Block(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.args = args
+        q_out = args.n_heads * args.head_dim
+        kv_out = args.n_kv_heads * args.head_dim
+        self.attn_norm = RMSNorm(args.dim, args.norm_eps)
+        self.qkv = nn.Linear(args.dim, q_out + 2 * kv_out, bias=False)
+        self.o = nn.Linear(q_out, args.dim, bias=False)
+        self.mlp_norm = RMSNorm(args.dim, args.norm_eps)
+        self.gate_up = nn.Linear(args.dim, 2 * args.intermediate, bias=False)
+        self.down = nn.Linear(args.intermediate, args.dim, bias=False)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache_k: Tensor, cache_v: Tensor,
+                write: tuple[Tensor, Tensor], mask: Tensor, kv_len: int) -> Tensor:
+        a = self.args
+        B, T, _ = x.shape
+        qkv = self.qkv(self.attn_norm(x))
+        q, k, v = qkv.split([a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim, a.n_kv_heads * a.head_dim], -1)
+        q = apply_rope(q.view(B, T, a.n_heads, a.head_dim).transpose(1, 2), cos, sin)
+        k = apply_rope(k.view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2), cos, sin)
+        v = v.view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)
+        rows, cols = write
+        cache_k[rows, :, cols] = k.transpose(1, 2).to(cache_k.dtype)
+        cache_v[rows, :, cols] = v.transpose(1, 2).to(cache_v.dtype)
+        keys, values = cache_k[:B, :, :kv_len], cache_v[:B, :, :kv_len]
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+        x = x + self.o(out.transpose(1, 2).reshape(B, T, -1))
+        g, u = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
+        return x + self.down(F.silu(g) * u)
+
+
+class PackedLinear(nn.Module):
+    """A frozen linear layer whose weight oneDNN has reordered once for the CPU's matmul kernels.
+
+    Decoding is bound by streaming weights from memory; the blocked layout halves the time of the
+    small-row matmuls that dominate a step (see BENCHMARKS.md). Inference only: no autograd.
+    """
+
+    def __init__(self, linear: nn.Linear, rows_hint: int = 16):
+        super().__init__()
+        self.out_features = linear.out_features
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), rows_hint)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
+
+
+def pack_linears(model: nn.Module) -> nn.Module:
+    """Swap every nn.Linear for a PackedLinear where oneDNN can run it (CPU); a no-op elsewhere."""
+    if not torch.backends.mkldnn.is_available() or next(model.parameters()).device.type != "cpu":
+        return model
+    for name, child in model.named_children():
+        if isinstance(child, nn.Linear) and child.bias is None:
+            setattr(model, name, PackedLinear(child))
+        else:
+            pack_linears(child)
+    return model
+
+
+class Transformer(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.args = args
+        self.embed = nn.Embedding(args.vocab_size, args.dim)
+        self.layers = nn.ModuleList(Block(args) for _ in range(args.n_layers))
+        self.norm = RMSNorm(args.dim, args.norm_eps)
+        self.lm_head = nn.Linear(args.dim, args.vocab_size, bias=False)
+        if args.tie_embeddings:
+            self.lm_head.weight = self.embed.weight
+        cos, sin = rope_tables(args)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    def new_cache(self, slots: int, max_len: int) -> KVCache:
+        p = self.embed.weight
+        return KVCache(self.args, slots, max_len, p.dtype, str(p.device))
+
+    def forward(self, tokens: Tensor, cache: KVCache, tree_mask: Tensor | None = None,
+                depths: Tensor | None = None, capture: tuple[int, ...] = (),
+                logits_rows: Tensor | None = None, first_slot: int = 0) -> tuple[Tensor, list[Tensor]]:
+        """Append `tokens` [B, T] after the cached tokens of slots first_slot..first_slot+B-1.
+
+        tree_mask [B, T, T] (bool, row i = the new tokens token i sees) defaults to causal; depths [B, T]
+        (offset of each token from the slot's length) default to 0..T-1. Padding rows of a shorter
+        sequence need only see themselves. The cache lengths are NOT advanced: the caller keeps the
+        accepted tokens with `cache.keep`. `capture` lists layers whose input hidden states are returned.
+        `logits_rows` ([B, T] bool) limits the LM head to the rows that are needed (e.g. prefill's last).
+        """
+        B, T = tokens.shape
+        dev = tokens.device
+        lens = cache.lengths[first_slot: first_slot + B]
+        steps = torch.arange(T, device=dev)
+        if depths is None:
+            depths = steps.expand(B, T)
+        if tree_mask is None:
+            tree_mask = torch.ones(T, T, dtype=torch.bool, device=dev).tril().expand(B, T, T)
+        pos = lens[:, None] + depths
+        cos = self.rope_cos[pos].unsqueeze(1).to(self.embed.weight.dtype)
+        sin = self.rope_sin[pos].unsqueeze(1).to(self.embed.weight.dtype)
+        kv_len = int(lens.max()) + T
+        if kv_len > cache.max_len:
+            raise ValueError(f"KV cache overflow: {kv_len} > {cache.max_len} positions")
+        write = (torch.arange(B, device=dev)[:, None].expand(B, T), lens[:, None] + steps)
+        key_pos = torch.arange(kv_len, device=dev)
+        rel = key_pos[None, :] - lens[:, None]                                   # [B, S]
+        in_new = (rel >= 0) & (rel < T)
+        new_vis = tree_mask.gather(2, rel.clamp(0, T - 1)[:, None, :].expand(B, T, kv_len))
+        mask = ((rel < 0)[:, None, :] | (in_new[:, None, :] & new_vis)).unsqueeze(1)  # [B, 1, T, S]
+
+        x = self.embed(tokens)
+        hidden = []
+        for i, layer in enumerate(self.layers):
+            if i in capture:
+                hidden.append(x)
+            x = layer(x, cos, sin, cache.k[i, first_slot:], cache.v[i, first_slot:], write, mask, kv_len)
+        if self.args.n_layers in capture:
+            hidden.append(x)
+        x = self.norm(x)
+        if logits_rows is not None:
+            x = x[logits_rows]
+        return self.lm_head(x), hidden
+
+
+def load_transformer(folder: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu") -> Transformer:
+    """Build the model from a HF Llama safetensors folder, fusing q/k/v and gate/up into one matmul each."""
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    args = ModelArgs.from_hf_config(folder / "config.json")
+    state: dict[str, Tensor] = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        state.update(load_file(str(f)))
+    with torch.device("meta"):
+        model = Transformer(args)
+    ours: dict[str, Tensor] = {
+        "embed.weight": state["model.embed_tokens.weight"],
+        "norm.weight": state["model.norm.weight"],
+    }
+    for i in range(args.n_layers):
+        p = f"model.layers.{i}."
+        ours[f"layers.{i}.attn_norm.weight"] = state[p + "input_layernorm.weight"]
+        ours[f"layers.{i}.mlp_norm.weight"] = state[p + "post_attention_layernorm.weight"]
+        ours[f"layers.{i}.qkv.weight"] = torch.cat(
+            [state[p + f"self_attn.{n}_proj.weight"] for n in "qkv"])
+        ours[f"layers.{i}.o.weight"] = state[p + "self_attn.o_proj.weight"]
+        ours[f"layers.{i}.gate_up.weight"] = torch.cat(
+            [state[p + "mlp.gate_proj.weight"], state[p + "mlp.up_proj.weight"]])
+        ours[f"layers.{i}.down.weight"] = state[p + "mlp.down_proj.weight"]
+    if not args.tie_embeddings:
+        ours["lm_head.weight"] = state["lm_head.weight"]
+    ours = {k: v.to(dtype=dtype, device=device) for k, v in ours.items()}
+    model.load_state_dict(ours, strict=False, assign=True)
+    if args.tie_embeddings:
+        model.lm_head.weight = model.embed.weight
+    cos, sin = rope_tables(args, device)
+    model.rope_cos, model.rope_sin = cos, sin
+    return model.eval().requires_grad_(False)

@@ -1,0 +1,57 @@
+"""The proposer interface the engine drives, and the registry methods join with one file each."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
+
+from torch import Tensor
+
+from reference_eagle4.tree import DraftTree
+
+if TYPE_CHECKING:
+    from reference_eagle4.engine import Sequence
+
+PROPOSERS: dict[str, type["Proposer"]] = {}
+
+
+def register(name: str) -> Callable[[type["Proposer"]], type["Proposer"]]:
+    def deco(cls: type["Proposer"]) -> type["Proposer"]:
+        cls.name = name
+        PROPOSERS[name] = cls
+        return cls
+    return deco
+
+
+class Proposer:
+    """Drafts a tree per sequence each step; learns what was accepted afterwards.
+
+    `capture` names target layers whose input hidden states the proposer needs; the engine returns
+    them for the prefill (`begin`) and for the accepted nodes of every step (`accepted`).
+    """
+
+    name: ClassVar[str] = ""
+    capture: tuple[int, ...] = ()
+
+    def __init__(self, budget: int, **options: Any) -> None:
+        if budget < 1:
+            raise ValueError("budget L must be at least 1 (the root)")
+        self.budget = budget
+
+    def config(self) -> dict[str, Any]:
+        """What the run manifest records about this proposer."""
+        return {"name": self.name, "budget": self.budget}
+
+    def begin(self, seq: "Sequence", hidden: list[Tensor]) -> None:
+        """A sequence was prefilled; hidden[i] is [prompt_len, H] for capture[i]."""
+
+    def propose(self, seqs: list["Sequence"]) -> list[DraftTree]:
+        raise NotImplementedError
+
+    def accepted(self, seq: "Sequence", path: list[int], hidden: list[Tensor]) -> None:
+        """The tree nodes `path` (root first) were kept; hidden[i] holds their rows for capture[i]."""
+
+    def moved(self, seq: "Sequence", old_slot: int, new_slot: int) -> None:
+        """The engine moved a sequence to another KV slot (slot-indexed proposer state follows it)."""
+
+    def end(self, seq: "Sequence") -> None:
+        """The sequence finished; drop any state kept for it."""

@@ -1,0 +1,71 @@
+"""Prompt lookup (n-gram) drafting: copy what followed the latest earlier occurrence of the suffix.
+
+No model: the longest suffix (max_n down to min_n tokens) of prompt + output that occurred before
+proposes the tokens that followed it. With `matches` > 1 the continuations of several occurrences are
+merged into a trie, giving a draft tree (used to test tree verification without a trained drafter).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from reference_eagle4.proposers.base import Proposer, register
+from reference_eagle4.tree import DraftTree
+
+
+def lookup(history: np.ndarray, n_max: int, n_min: int, length: int, matches: int) -> list[list[int]]:
+    """Continuations (most recent occurrence first) of the longest suffix that occurred before."""
+    for n in range(min(n_max, len(history) - 1), n_min - 1, -1):
+        suffix = history[-n:]
+        windows = sliding_window_view(history[:-1], n)
+        starts = np.flatnonzero((windows == suffix).all(axis=1))[::-1]
+        found: list[list[int]] = []
+        for s in starts:
+            cont = history[s + n: s + n + length].tolist()
+            if cont and cont not in found:
+                found.append(cont)
+                if len(found) == matches:
+                    break
+        if found:
+            return found
+    return []
+
+
+def trie(root: int, continuations: list[list[int]], budget: int) -> DraftTree:
+    tokens, parents = [root], [-1]
+    children: list[dict[int, int]] = [{}]
+    for cont in continuations:
+        node = 0
+        for tok in cont:
+            nxt = children[node].get(tok)
+            if nxt is None:
+                if len(tokens) == budget:
+                    break
+                nxt = len(tokens)
+                tokens.append(tok)
+                parents.append(node)
+                children.append({})
+                children[node][tok] = nxt
+            node = nxt
+    return DraftTree(tokens, parents)
+
+
+@register("ngram")
+class NGram(Proposer):
+    def __init__(self, budget: int, max_n: int = 3, min_n: int = 1, matches: int = 1, **options: Any) -> None:
+        super().__init__(budget)
+        self.max_n, self.min_n, self.matches = max_n, min_n, matches
+
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "max_n": self.max_n, "min_n": self.min_n, "matches": self.matches}
+
+    def propose(self, seqs):  # type: ignore[override]
+        trees = []
+        for s in seqs:
+            history = np.asarray(s.tokens)
+            conts = lookup(history, self.max_n, self.min_n, self.budget - 1, self.matches)
+            trees.append(trie(s.tokens[-1], conts, self.budget))
+        return trees

@@ -1,0 +1,200 @@
+"""`specbench report`: run directories -> leaderboard.md + index.html + plots, rebuilt from saved records only.
+
+Tables are built once here as rows of formatted strings and the two templates only lay them out, so the Markdown
+and the HTML always show the same numbers.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from specbench.analysis.metrics import speedups, summarize_run
+from specbench.analysis.plots import Plot, all_plots
+
+Summary = dict[str, Any]
+
+TEMPLATES = Path(__file__).parent / "templates"
+DASH = "—"
+# Manifest keys describing where a run ran, shown when any manifest has them (device and dtype always).
+ENVIRONMENT_KEYS = ("device", "dtype", "machine", "hostname", "platform", "cpu", "gpu", "versions")
+RESULT_COLUMNS = (
+    ("engine", False), ("method", False), ("L", True), ("AL", True), ("AL/req", True), ("hit@1", True),
+    ("tok/s", True), ("speedup", True), ("tok/s/user", True), ("TTFT ms", True), ("TPOT ms", True),
+    ("n", True), ("run", False),
+)
+COLUMN_LEGEND = (
+    ("L", "budget: tokens the target verifies per sequence per step, root included"),
+    ("AL", "acceptance length, tokens emitted per step, token-weighted (sum emitted / sum steps)"),
+    ("AL/req", "mean of per-request AL"),
+    ("hit@1", "share of drafting steps whose first drafted token was accepted"),
+    ("tok/s", "aggregate output tokens per second over the union of the requests' [start, end] intervals "
+              "(in a category table: that category's tokens over the time its requests were in flight)"),
+    ("speedup", "tok/s / tok/s of vanilla decoding on the same engine, dataset, C, target and dtype "
+                "(the same `specbench compare` when there is one)"),
+    ("tok/s/user", "mean over requests of output tokens / latency"),
+    ("TTFT ms", "mean time to first token, prefill included"),
+    ("TPOT ms", "mean time per output token after the first"),
+    ("n", "requests measured (failed requests are counted apart and excluded from every number)"),
+)
+
+
+@dataclass
+class Table:
+    title: str
+    columns: list[str]
+    numeric: list[bool]
+    rows: list[list[str]] = field(default_factory=list)
+
+
+def _fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
+    return DASH if value is None else format(value * scale, spec)
+
+
+def _describe(value: Any) -> str:
+    """One line for any manifest value: dicts as `k=v, ...`, lists joined, None as a dash."""
+    if value is None:
+        return DASH
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_describe(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_describe(v) for v in value)
+    return str(value)
+
+
+def _command(value: Any) -> str:
+    return shlex.join(map(str, value)) if isinstance(value, (list, tuple)) else _describe(value)
+
+
+def _result_row(run: Summary, metrics: Summary, speedup: float | None) -> list[str]:
+    hit1 = metrics["hit_rate_unconditional"][0] if metrics["hit_rate_unconditional"] else None
+    n = str(metrics["n_ok"]) + (f" (+{metrics['n_failed']} failed)" if metrics["n_failed"] else "")
+    return [
+        str(run["engine"]), str(run["method"]), str(run["budget"]),
+        _fmt(metrics["al_token_weighted"], ".2f"), _fmt(metrics["al_per_request_mean"], ".2f"),
+        _fmt(hit1, ".1%"), _fmt(metrics["aggregate_tok_s"], ".1f"),
+        DASH if speedup is None else f"{speedup:.2f}×",
+        _fmt(metrics["per_user_tok_s"], ".1f"), _fmt(metrics["ttft_mean_s"], ".1f", 1000),
+        _fmt(metrics["tpot_mean_s"], ".1f", 1000), n, str(run["run_id"]),
+    ]
+
+
+def _results_table(title: str, rows: Iterable[tuple[Summary, Summary, float | None]]) -> Table:
+    """Rows sorted fastest first (no throughput last), as a leaderboard reads."""
+    ordered = sorted(rows, key=lambda r: (r[1]["aggregate_tok_s"] is None, -(r[1]["aggregate_tok_s"] or 0)))
+    return Table(title, [c for c, _ in RESULT_COLUMNS], [n for _, n in RESULT_COLUMNS],
+                 [_result_row(*r) for r in ordered])
+
+
+def _entropy_table(title: str, runs: list[Summary]) -> Table:
+    def cell(q: Summary) -> str:
+        return DASH if q["al"] is None else f"{q['al']:.2f} ({q['entropy_min']:.2f}–{q['entropy_max']:.2f})"
+
+    table = Table(title, ["engine", "method", "L", "C", "Q1", "Q2", "Q3", "Q4", "run"],
+                  [False, False, True, True, True, True, True, True, False])
+    for s in runs:
+        table.rows.append([str(s["engine"]), str(s["method"]), str(s["budget"]), str(s["concurrency"]),
+                           *(cell(q) for q in s["entropy_quartiles"]), str(s["run_id"])])
+    return table
+
+
+def _dataset_sections(summaries: list[Summary], speeds: list[Summary]) -> list[dict[str, Any]]:
+    """Per dataset: per concurrency an all-categories table and one table per category; one entropy table."""
+    sections = []
+    for dataset in sorted({str(s["dataset"]) for s in summaries}):
+        pairs = [(s, sp) for s, sp in zip(summaries, speeds) if str(s["dataset"]) == dataset]
+        blocks = []
+        for c in sorted({s["concurrency"] for s, _ in pairs}):
+            at_c = [(s, sp) for s, sp in pairs if s["concurrency"] == c]
+            categories = sorted({cat for s, _ in at_c for cat in s["per_category"]})
+            blocks.append({
+                "concurrency": c,
+                "overall": _results_table(f"{dataset} · C={c} · all categories",
+                                          [(s, s, sp["speedup"]) for s, sp in at_c]),
+                "categories": [
+                    _results_table(f"{dataset} · C={c} · {cat}",
+                                   [(s, s["per_category"][cat], sp["per_category"][cat])
+                                    for s, sp in at_c if cat in s["per_category"]])
+                    for cat in categories
+                ],
+            })
+        runs = sorted((s for s, _ in pairs), key=lambda s: (s["concurrency"], str(s["method"]), s["budget"]))
+        sections.append({"name": dataset, "blocks": blocks,
+                         "entropy": _entropy_table(f"{dataset} · AL by entropy quartile (entropy range, nats)", runs)})
+    return sections
+
+
+def _runs_table(summaries: list[Summary], speeds: list[Summary]) -> Table:
+    table = Table("Runs", ["run", "method", "engine", "dataset", "L", "C", "target", "dtype", "device", "seed",
+                           "created", "compare", "vanilla baseline"],
+                  [False, False, False, False, True, True, False, False, False, True, False, False, False])
+    for s, sp in zip(summaries, speeds):
+        table.rows.append([_describe(s[k]) for k in ("run_id", "method", "engine", "dataset", "budget",
+                                                      "concurrency", "target", "dtype", "device", "seed",
+                                                      "created", "compare_id")] + [_describe(sp["baseline"])])
+    return table
+
+
+def _environment(summaries: list[Summary]) -> list[tuple[str, str]]:
+    """Each environment key present in any manifest, with its distinct values."""
+    items = []
+    for key in ENVIRONMENT_KEYS:
+        values = list(dict.fromkeys(_describe(s["manifest"][key]) for s in summaries if key in s["manifest"]))
+        if values:
+            items.append((key, "; ".join(values)))
+    return items
+
+
+def _md_cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(table: Table) -> str:
+    """A GitHub-flavoured Markdown table, numeric columns right-aligned."""
+    lines = [table.columns, ["---:" if n else "---" for n in table.numeric], *table.rows]
+    return "\n".join("| " + " | ".join(_md_cell(c) for c in line) + " |" for line in lines)
+
+
+def _render(template: str, context: dict[str, Any]) -> str:
+    env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, trim_blocks=True,
+                      lstrip_blocks=True, keep_trailing_newline=True,
+                      autoescape=lambda name: bool(name and name.endswith(".html.j2")))
+    env.filters["md"] = _md_cell
+    env.filters["md_table"] = _md_table
+    return env.get_template(template).render(**context)
+
+
+def _context(summaries: list[Summary], plots: list[Plot], out_dir: Path) -> dict[str, Any]:
+    """Everything both templates show; plot paths are made relative to out_dir so the report folder can move."""
+    speeds = speedups(summaries)
+    created = sorted(str(s["created"]) for s in summaries if s.get("created"))
+    return {
+        "n_runs": len(summaries),
+        "created_range": (created[0], created[-1]) if created else None,
+        "datasets": _dataset_sections(summaries, speeds),
+        "legend": COLUMN_LEGEND,
+        "plots": [{"title": p.title, "src": p.path.relative_to(out_dir).as_posix() if p.path else None,
+                   "note": p.note} for p in plots],
+        "runs": _runs_table(summaries, speeds),
+        "commands": [(str(s["run_id"]), _command(s["command"])) for s in summaries],
+        "environment": _environment(summaries),
+    }
+
+
+def render_report(run_dirs: Iterable[str | Path], out_dir: str | Path) -> list[Path]:
+    """Write out_dir/leaderboard.md, out_dir/index.html and the plots; return every path written."""
+    out_dir = Path(out_dir)
+    summaries = [summarize_run(d) for d in run_dirs]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plots = all_plots(summaries, out_dir)
+    context = _context(summaries, plots, out_dir)
+    written = []
+    for name in ("leaderboard.md", "index.html"):
+        path = out_dir / name
+        path.write_text(_render(f"{name}.j2", context))
+        written.append(path)
+    return written + [p.path for p in plots if p.path]

@@ -1,0 +1,181 @@
+"""Metrics against hand-computed values, DESIGN.md §2's worked example first."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specbench.analysis import metrics
+from specbench.errors import SpecbenchError
+
+
+def test_design_worked_example(synth):
+    """One request, chain of 4 drafts per step, steps accept 2, 0, 4 (DESIGN.md §2)."""
+    rec = synth.record("q1", [synth.step(2, 4), synth.step(0, 4), synth.step(4, 4)])
+    assert len(rec["output_token_ids"]) == 10  # prefill token + 9 emitted
+    assert metrics.acceptance_length([rec]) == {"token_weighted": 3.0, "per_request_mean": 3.0}
+    assert metrics.acceptance_histogram([rec]) == {0: 1, 2: 1, 4: 1}
+    hits = metrics.hit_rates([rec])
+    assert hits["unconditional"] == pytest.approx([2 / 3, 2 / 3, 1 / 3, 1 / 3])
+    assert hits["conditional"] == pytest.approx([2 / 3, 1.0, 1 / 2, 1.0])
+
+
+def test_token_weighted_and_per_request_al_differ(synth):
+    long = synth.record("long", [synth.step(0, 4)] * 4)   # AL 1 over 4 steps
+    short = synth.record("short", [synth.step(2, 4)])      # AL 3 over 1 step
+    al = metrics.acceptance_length([long, short])
+    assert al["token_weighted"] == pytest.approx(7 / 5)
+    assert al["per_request_mean"] == pytest.approx(2.0)
+
+
+def test_cut_step_counts_emitted_for_al_and_accepted_for_hits(synth):
+    """EOS (or max_new_tokens) after 2 tokens of a step whose 4 drafts all matched: AL sees 2 tokens,
+    hit rates and the histogram still see 4 accepted drafts."""
+    rec = synth.record("q", [synth.step(1, 4), synth.step(4, 4, emitted=2)])
+    assert metrics.acceptance_length([rec])["token_weighted"] == pytest.approx(2.0)
+    assert metrics.acceptance_histogram([rec]) == {1: 1, 4: 1}
+    assert metrics.hit_rates([rec])["unconditional"] == pytest.approx([1.0, 0.5, 0.5, 0.5])
+
+
+def test_prefill_token_is_output_but_not_a_step(synth):
+    only_prefill = synth.record("p", [], latency=0.5)
+    drafted = synth.record("d", [synth.step(1, 2)])
+    assert metrics.acceptance_length([only_prefill, drafted]) == {"token_weighted": 2.0, "per_request_mean": 2.0}
+    assert metrics.throughput([only_prefill, drafted])["output_tokens"] == 1 + 3
+
+
+def test_conditional_rate_counts_only_trees_deep_enough(synth):
+    """A depth-1 tree is no miss at depth 2; a depth that nobody reached gives None, not NaN."""
+    rec = synth.record("q", [synth.step(1, 1), synth.step(2, 3, drafted=6), synth.step(0, 0, drafted=0)])
+    hits = metrics.hit_rates([rec])
+    assert hits["unconditional"] == pytest.approx([1.0, 0.5, 0.0])  # the no-draft step is not in the denominator
+    assert hits["conditional"] == pytest.approx([1.0, 1.0, 0.0])
+    unreached = metrics.hit_rates([synth.record("u", [synth.step(0, 2)])])
+    assert unreached["conditional"] == [0.0, None]
+
+
+def test_vanilla_has_al_one_and_no_hit_rates(synth):
+    rec = synth.record("v", [synth.step(0, 0)] * 5, method="vanilla")
+    assert metrics.acceptance_length([rec])["token_weighted"] == 1.0
+    assert metrics.hit_rates([rec]) == {"unconditional": [], "conditional": []}
+    assert metrics.acceptance_histogram([rec]) == {0: 5}
+
+
+def test_al_by_entropy_quartile(synth):
+    # Request i has entropy i and accepts i // 2 drafts per step: quartile q holds entropies 2q-2, 2q-1.
+    records = [synth.record(f"q{i}", [synth.step(i // 2, 4)] * 2, entropy=float(i)) for i in (5, 0, 7, 2, 1, 6, 3, 4)]
+    records.append(synth.record("no-entropy", [synth.step(4, 4)], entropy=None))
+    quartiles = metrics.al_by_entropy_quartile(records)
+    assert [(q["quartile"], q["n"], q["entropy_min"], q["entropy_max"]) for q in quartiles] == [
+        (1, 2, 0.0, 1.0), (2, 2, 2.0, 3.0), (3, 2, 4.0, 5.0), (4, 2, 6.0, 7.0)]
+    assert [q["al"] for q in quartiles] == pytest.approx([1.0, 2.0, 3.0, 4.0])
+
+
+def test_entropy_quartiles_with_fewer_requests_than_quartiles(synth):
+    quartiles = metrics.al_by_entropy_quartile([synth.record("a", [synth.step(1, 2)], entropy=0.5)])
+    assert [q["n"] for q in quartiles] == [1, 0, 0, 0]
+    assert quartiles[1] == {"quartile": 2, "n": 0, "entropy_min": None, "entropy_max": None, "al": None}
+
+
+@pytest.mark.parametrize("intervals, length", [
+    ([], 0.0),
+    ([(0.0, 2.0), (1.0, 3.0), (10.0, 11.0)], 4.0),  # overlap merged, gap left out
+    ([(0.0, 10.0), (2.0, 3.0)], 10.0),              # nested
+    ([(3.0, 4.0), (0.0, 1.0), (1.0, 2.0)], 3.0),    # touching, unsorted
+])
+def test_union_length(intervals, length):
+    assert metrics.union_length(intervals) == pytest.approx(length)
+
+
+def test_throughput_uses_union_of_intervals(synth):
+    """Two overlapping requests then, after a gap (another method's turn in an interleaved comparison), a third:
+    40 tokens over 4 s of busy time, not over the 11 s from first start to last end."""
+    records = [
+        synth.record("a", [synth.step(0, 0)] * 9, t_start=100.0, latency=2.0, ttft=0.2),
+        synth.record("b", [synth.step(0, 0)] * 9, t_start=101.0, latency=2.0, ttft=0.4),
+        synth.record("c", [synth.step(0, 0)] * 19, t_start=110.0, latency=1.0, ttft=0.6),
+    ]
+    tp = metrics.throughput(records)
+    assert tp["output_tokens"] == 40
+    assert tp["wall_s"] == pytest.approx(4.0)
+    assert tp["aggregate_tok_s"] == pytest.approx(10.0)
+    assert tp["per_user_tok_s"] == pytest.approx((5 + 5 + 20) / 3)
+    assert tp["ttft_mean_s"] == pytest.approx(0.4)
+    assert tp["ttft_p50_s"] == pytest.approx(0.4)
+    assert tp["ttft_p90_s"] == pytest.approx(0.56)
+    assert tp["tpot_mean_s"] == pytest.approx(((1.8 / 9) + (1.6 / 9) + (0.4 / 19)) / 3)
+
+
+def test_failed_records_are_counted_and_excluded(synth):
+    ok = [synth.record("a", [synth.step(2, 4)], latency=1.0), synth.record("b", [synth.step(0, 4)], t_start=1.0)]
+    failed = synth.record("f", [synth.step(4, 4)] * 10, status="failed", t_start=5.0, latency=100.0, ttft=50.0)
+    with_failed = metrics.summarize_records(ok + [failed])
+    assert (with_failed["n_ok"], with_failed["n_failed"]) == (2, 1)
+    assert {k: v for k, v in with_failed.items() if k != "n_failed"} == \
+        {k: v for k, v in metrics.summarize_records(ok).items() if k != "n_failed"}
+    assert with_failed["al_token_weighted"] == pytest.approx(2.0)
+    assert with_failed["wall_s"] == pytest.approx(2.0)
+
+
+def test_summarize_run_is_json_stable_and_splits_categories(synth):
+    run = synth.run("r1", [
+        synth.record("a", [synth.step(3, 4)], category="text-to-image"),
+        synth.record("b", [synth.step(1, 4)], category="text-to-video", t_start=1.0),
+        synth.record("c", [synth.step(1, 4)], category="text-to-video", t_start=2.0, status="failed"),
+    ], method="ngram", budget=5, extra_key="kept")
+    summary = metrics.summarize_run(run)
+    assert json.loads(json.dumps(summary)) == summary
+    assert (summary["method"], summary["budget"], summary["run_dir"]) == ("ngram", 5, str(run))
+    assert summary["manifest"]["extra_key"] == "kept"
+    assert summary["al_token_weighted"] == pytest.approx(3.0)
+    assert summary["acceptance_histogram"] == {"1": 1, "3": 1}
+    cats = summary["per_category"]
+    assert list(cats) == ["text-to-image", "text-to-video"]
+    assert cats["text-to-image"]["al_token_weighted"] == pytest.approx(4.0)
+    assert (cats["text-to-video"]["n_ok"], cats["text-to-video"]["n_failed"]) == (1, 1)
+
+
+def test_summarize_run_rejects_what_is_not_a_run_dir(tmp_path, synth):
+    with pytest.raises(SpecbenchError, match="nowhere"):
+        metrics.summarize_run(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SpecbenchError, match="empty"):
+        metrics.summarize_run(tmp_path / "empty")
+    run = synth.run("bad", [])
+    (run / "manifest.json").write_text("{not json")
+    with pytest.raises(SpecbenchError, match="bad.*not valid JSON"):
+        metrics.summarize_run(run)
+    (run / "manifest.json").write_text(json.dumps({"run_id": "bad", "method": "ngram"}))
+    with pytest.raises(SpecbenchError, match="lacks engine, dataset, budget, concurrency"):
+        metrics.summarize_run(run)
+
+
+def _summary(run_id, method, tok_s, *, cats=None, **keys):
+    base = {"run_id": run_id, "method": method, "engine": "reference", "dataset": "d", "concurrency": 1,
+            "target": "t", "dtype": "float32", "compare_id": None, "created": "2026-11-29T10:00:00",
+            "aggregate_tok_s": tok_s, "per_category": {c: {"aggregate_tok_s": v} for c, v in (cats or {}).items()}}
+    return {**base, **keys}
+
+
+def test_speedups_prefer_same_compare_id_then_closest_in_time():
+    summaries = [
+        _summary("van-other", "vanilla", 50.0, compare_id="x", created="2026-11-29T10:00:01"),
+        _summary("van-same", "vanilla", 40.0, compare_id="c1", created="2026-11-28T00:00:00",
+                 cats={"chat": 20.0, "code": 0.0}),
+        _summary("ng", "ngram", 80.0, compare_id="c1", cats={"chat": 30.0, "code": 5.0, "math": 9.0}),
+        _summary("ng-solo", "ngram", 100.0, created="2026-11-29T09:00:00"),
+        _summary("van-c8", "vanilla", 200.0, concurrency=8),
+        _summary("ng-c8", "ngram", 300.0, concurrency=8),
+        _summary("ng-vllm", "ngram", 300.0, engine="vllm"),
+        _summary("ng-bf16", "ngram", 300.0, dtype="bfloat16"),
+    ]
+    result = {s["run_id"]: s for s in metrics.speedups(summaries)}
+    assert [s["run_id"] for s in metrics.speedups(summaries)] == [s["run_id"] for s in summaries]
+    assert (result["ng"]["baseline"], result["ng"]["speedup"]) == ("van-same", pytest.approx(2.0))
+    assert result["ng"]["per_category"] == {"chat": pytest.approx(1.5), "code": None, "math": None}
+    assert (result["ng-solo"]["baseline"], result["ng-solo"]["speedup"]) == ("van-other", pytest.approx(2.0))
+    assert (result["ng-c8"]["baseline"], result["ng-c8"]["speedup"]) == ("van-c8", pytest.approx(1.5))
+    assert (result["van-same"]["baseline"], result["van-same"]["speedup"]) == ("van-same", 1.0)
+    assert result["ng-vllm"] == {"run_id": "ng-vllm", "baseline": None, "speedup": None, "per_category": {}}
+    assert result["ng-bf16"]["baseline"] is None

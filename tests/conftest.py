@@ -1,0 +1,62 @@
+"""Shared test helpers: synthetic records and run directories, so analysis and reports are tested without a model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+
+def step(accepted: int, depth: int, *, emitted: int | None = None, drafted: int | None = None,
+         budget: int | None = None) -> dict[str, int]:
+    """One verification step; by default a chain of `depth` drafts whose accepted drafts + bonus are all emitted."""
+    drafted = depth if drafted is None else drafted
+    return {
+        "emitted": accepted + 1 if emitted is None else emitted,
+        "accepted": accepted,
+        "drafted": drafted,
+        "budget": drafted + 1 if budget is None else budget,
+        "depth": depth,
+    }
+
+
+def record(qid: str, steps: list[dict[str, int]], *, category: str = "chat", method: str = "ngram",
+           status: str = "ok", entropy: float | None = 1.0, t_start: float = 0.0, latency: float = 1.0,
+           ttft: float = 0.1, n_out: int | None = None) -> dict[str, Any]:
+    """A record whose output is the prefill token plus every emitted token, unless `n_out` says otherwise."""
+    n_out = 1 + sum(s["emitted"] for s in steps) if n_out is None else n_out
+    return {
+        "question_id": qid, "category": category, "method": method, "concurrency": 1,
+        "status": status, "error": "" if status == "ok" else "boom",
+        "prompt_token_ids": [1, 2, 3], "output_token_ids": list(range(n_out)), "output_text": "x" * n_out,
+        "steps": steps, "mean_entropy": entropy,
+        "t_start": t_start, "t_end": t_start + latency, "ttft_s": ttft, "latency_s": latency,
+    }
+
+
+def write_run(root: Path, run_id: str, records: list[dict[str, Any]], **manifest: Any) -> Path:
+    """A run directory with a manifest (defaults overridable by keyword) and records.jsonl."""
+    run_dir = root / run_id
+    run_dir.mkdir(parents=True)
+    full = {
+        "run_id": run_id, "method": "vanilla", "engine": "reference", "dataset": "prompt-enhancement",
+        "budget": 1, "concurrency": 1, "target": "smollm2-135m", "dtype": "float32", "device": "cpu",
+        "compare_id": None, "command": f"specbench run --out runs/{run_id}",
+        "created": "2026-11-29T10:00:00+00:00", "seed": 0, "method_config": {},
+        **manifest,
+    }
+    (run_dir / "manifest.json").write_text(json.dumps(full))
+    (run_dir / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return run_dir
+
+
+@pytest.fixture
+def synth(tmp_path: Path) -> SimpleNamespace:
+    """`synth.step`, `synth.record` and `synth.run(run_id, records, **manifest)` writing under tmp_path/runs."""
+    return SimpleNamespace(
+        step=step, record=record,
+        run=lambda run_id, records, **manifest: write_run(tmp_path / "runs", run_id, records, **manifest),
+    )

@@ -1,0 +1,190 @@
+"""Reports from synthetic run dirs: the numbers in leaderboard.md, the HTML in headless Chromium, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+from typer.testing import CliRunner
+
+from specbench.analysis.metrics import summarize_run
+from specbench.cli import app
+from specbench.report import render_report
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture
+def run_dirs(synth):
+    """prompt-enhancement at C=1 (vanilla + ngram L=4, one compare) and C=8, and fireworks with no vanilla.
+
+    Hand-computed for ngram C=1: 14 tokens emitted over 6 steps (AL 2.33; per request 2.5 and 2.0), 5 of 6 steps
+    accept the first draft, 16 tokens over 1 s of busy time vs vanilla's 20 over 2 s (speedup 1.6), TPOT
+    (0.4/10 + 0.4/4) / 2 = 70 ms.
+    """
+    rec, step = synth.record, synth.step
+    compare = "specbench compare --methods vanilla,ngram --budget 4 --concurrency 1"
+    van = synth.run("van-c1", [
+        rec("q1", [step(0, 0)] * 9, category="text-to-image", method="vanilla", t_start=0.0),
+        rec("q2", [step(0, 0)] * 9, category="text-to-video", method="vanilla", t_start=1.0),
+    ], compare_id="cmp1", command=compare)
+    ngram = synth.run("ng-c1", [
+        rec("q1", [step(3, 3), step(1, 3), step(0, 3), step(2, 3)], category="text-to-image", t_start=10.0,
+            latency=0.5),
+        rec("q2", [step(1, 3), step(1, 3)], category="text-to-video", t_start=10.5, latency=0.5),
+        rec("q3", [step(3, 3)], category="text-to-video", status="failed", t_start=11.0, latency=5.0),
+    ], method="ngram", budget=4, compare_id="cmp1", command=compare)
+    van8 = synth.run("van-c8", [rec(f"q{i}", [step(0, 0)] * 4, method="vanilla", latency=2.0) for i in (1, 2)],
+                     concurrency=8, compare_id="cmp8")
+    ng8 = synth.run("ng-c8", [rec(f"q{i}", [step(1, 3)] * 2, latency=1.0) for i in (1, 2)],
+                    method="ngram", budget=4, concurrency=8, compare_id="cmp8")
+    fw = synth.run("fw-ng", [rec("c1", [step(2, 3)], category="chat")], method="ngram", budget=4,
+                   dataset="fireworks", command="specbench run --method ngram --budget 4 --dataset fireworks",
+                   device="cuda:0 (NVIDIA H200)", dtype="bfloat16", versions={"torch": "2.13.0"})
+    return [van, ngram, van8, ng8, fw]
+
+
+def _md_tables(text: str) -> dict[tuple[str, str], list[dict[str, str]]]:
+    """Markdown tables keyed by (latest ## heading, latest heading), each as a list of {column: cell}."""
+    tables: dict[tuple[str, str], list[dict[str, str]]] = {}
+    h2 = last = ""
+    rows: list[list[str]] = []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            rows.append([c.strip() for c in line.strip("|").split(" | ")])
+            continue
+        if rows:  # header, separator, data rows
+            tables[(h2, last)] = [dict(zip(rows[0], row)) for row in rows[2:]]
+            rows = []
+        if line.startswith("#"):
+            last = line.lstrip("#").strip()
+            h2 = last if line.startswith("## ") else h2
+    return tables
+
+
+def _row(table: list[dict[str, str]], run: str) -> dict[str, str]:
+    return next(r for r in table if r["run"] == run)
+
+
+def test_leaderboard_tables_and_numbers(run_dirs, tmp_path):
+    out = tmp_path / "report"
+    written = render_report(run_dirs, out)
+    assert [p.name for p in written] == ["leaderboard.md", "index.html", "al_vs_budget.png", "hit_rate_by_depth.png",
+                                         "al_by_entropy.png", "throughput.png"]
+    md = (out / "leaderboard.md").read_text()
+    tables = _md_tables(md)
+
+    ng = _row(tables[("prompt-enhancement", "C=1")], "ng-c1")
+    assert ng == {"engine": "reference", "method": "ngram", "L": "4", "AL": "2.33", "AL/req": "2.25",
+                  "hit@1": "83.3%", "tok/s": "16.0", "speedup": "1.60×", "tok/s/user": "16.0", "TTFT ms": "100.0",
+                  "TPOT ms": "70.0", "n": "2 (+1 failed)", "run": "ng-c1"}
+    van = _row(tables[("prompt-enhancement", "C=1")], "van-c1")
+    assert (van["AL"], van["hit@1"], van["tok/s"], van["speedup"], van["TPOT ms"]) == \
+        ("1.00", "—", "10.0", "1.00×", "100.0")
+    assert [r["run"] for r in tables[("prompt-enhancement", "C=1")]] == ["ng-c1", "van-c1"]  # fastest first
+
+    t2i = tables[("prompt-enhancement", "prompt-enhancement · C=1 · text-to-image")]
+    assert (_row(t2i, "ng-c1")["tok/s"], _row(t2i, "ng-c1")["speedup"], _row(t2i, "ng-c1")["AL"]) == \
+        ("22.0", "2.20×", "2.50")
+    t2v = tables[("prompt-enhancement", "prompt-enhancement · C=1 · text-to-video")]
+    assert (_row(t2v, "ng-c1")["n"], _row(t2v, "ng-c1")["speedup"]) == ("1 (+1 failed)", "1.00×")
+
+    c8 = tables[("prompt-enhancement", "C=8")]
+    assert [(r["run"], r["tok/s"], r["speedup"]) for r in c8] == [("ng-c8", "10.0", "2.00×"),
+                                                                    ("van-c8", "5.0", "1.00×")]
+    assert _row(tables[("fireworks", "C=1")], "fw-ng")["speedup"] == "—"  # no vanilla run to compare with
+    entropy = tables[("fireworks", "AL by entropy quartile")]
+    assert [entropy[0][q] for q in ("Q1", "Q2")] == ["3.00 (1.00–1.00)", "—"]
+
+    runs = {r["run"]: r for r in tables[("Runs", "Runs")]}
+    assert (runs["ng-c1"]["vanilla baseline"], runs["ng-c8"]["vanilla baseline"], runs["fw-ng"]["vanilla baseline"]) \
+        == ("van-c1", "van-c8", "—")
+    assert "```\nspecbench run --method ngram --budget 4 --dataset fireworks\n```" in md
+    assert "- **device**: cpu; cuda:0 (NVIDIA H200)" in md
+    assert "- **dtype**: float32; bfloat16" in md
+    assert "- **versions**: torch=2.13.0" in md
+    assert "![Per-position hit rate by depth](hit_rate_by_depth.png)" in md
+    assert "No drafted tokens, not shown: prompt-enhancement float32 vanilla L=1 C=1, " in md
+
+
+def test_plot_without_data_is_named_in_both_pages(synth, tmp_path):
+    run = synth.run("van", [synth.record("q", [synth.step(0, 0)], method="vanilla")])
+    written = render_report([run], tmp_path / "out")
+    assert "hit_rate_by_depth.png" not in {p.name for p in written}
+    for page in ("leaderboard.md", "index.html"):
+        text = (tmp_path / "out" / page).read_text()
+        assert "No drafted tokens, not shown: vanilla." in text
+        assert "hit_rate_by_depth.png" not in text
+
+
+def test_html_escapes_and_markdown_pipes(synth, tmp_path):
+    run = synth.run("odd", [synth.record("q", [synth.step(1, 2)], category="a|b")], method="ngram", budget=3,
+                    command=["specbench", "run", "--dataset", "<x>&y"])
+    render_report([run], tmp_path / "out")
+    html = (tmp_path / "out" / "index.html").read_text()
+    assert "specbench run --dataset &#39;&lt;x&gt;&amp;y&#39;" in html and "<x>" not in html
+    md = (tmp_path / "out" / "leaderboard.md").read_text()
+    assert "#### prompt-enhancement · C=1 · a|b" in md
+    assert "specbench run --dataset '<x>&y'" in md
+
+
+def _chromium(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'chromium-profile'}", *args],
+        capture_output=True, text=True, timeout=90, check=True)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (apt-get install -y chromium)")
+def test_index_html_renders_in_headless_chromium(run_dirs, tmp_path):
+    out = tmp_path / "report"
+    render_report(run_dirs, out)
+    url = (out / "index.html").as_uri()
+    shot = tmp_path / "shot.png"
+    _chromium(f"--screenshot={shot}", "--window-size=1280,2000", url, tmp_path=tmp_path)
+    pixels = matplotlib.image.imread(shot)[..., :3]
+    assert pixels.std() > 0.05, "screenshot is blank"
+    assert (pixels.mean(axis=2) < 0.5).mean() > 0.005, "almost no dark (text) pixels"
+
+    dom = _chromium("--dump-dom", url, tmp_path=tmp_path).stdout
+    md_tables = sum(1 for i, line in enumerate((out / "leaderboard.md").read_text().splitlines())
+                    if line.startswith("| engine") or line.startswith("| run"))
+    assert dom.count("<table>") == md_tables > 5
+    assert '<td class="num">1.60×</td>' in dom and '<td class="num">83.3%</td>' in dom
+    assert dom.count('<img src="') == 4
+
+
+def test_cli_summarize_table_and_json(run_dirs):
+    result = CliRunner().invoke(app, ["summarize", str(run_dirs[0]), str(run_dirs[1])], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    ng_line = next(line for line in result.output.splitlines() if "ng-c1" in line)
+    assert re.search(r"2\.33 .* 2\.25 .* 83\.3% .* 16\.0 .* 1\.60 ", ng_line), ng_line
+
+    result = CliRunner().invoke(app, ["summarize", "--json", str(run_dirs[1])])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == [summarize_run(run_dirs[1])]
+
+
+def test_cli_report_prints_paths(run_dirs, tmp_path):
+    result = CliRunner().invoke(app, ["report", *map(str, run_dirs), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    paths = result.output.split()
+    assert paths[:2] == [str(tmp_path / "r" / "leaderboard.md"), str(tmp_path / "r" / "index.html")]
+    assert len(paths) == 6 and all(Path(p).is_file() for p in paths)
+
+
+def test_cli_rejects_a_dir_that_is_not_a_run(tmp_path):
+    not_a_run = tmp_path / "not-a-run"
+    not_a_run.mkdir()
+    result = subprocess.run([sys.executable, "-m", "specbench.cli", "report", str(not_a_run)],
+                            capture_output=True, text=True, env={**os.environ, "COLUMNS": "400"}, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and str(not_a_run) in result.stderr
