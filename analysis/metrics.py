@@ -253,3 +253,14 @@ def speedups(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
                              for c, cat in summary["per_category"].items()},
         })
     return out
+
+
+def output_match_rate(records: list[Record], baseline: list[Record]) -> float | None:
+    """Share of requests (present and ok in both) whose output tokens equal the baseline's.
+
+    Lossless methods give 1.0 in fp32; in bf16 a batched verification can flip near-ties, and this is
+    the number that says how often.
+    """
+    base = {r["question_id"]: r["output_token_ids"] for r in ok_records(baseline)}
+    pairs = [(r["output_token_ids"], base[r["question_id"]]) for r in ok_records(records) if r["question_id"] in base]
+    return _ratio(sum(a == b for a, b in pairs), len(pairs))

@@ -18,7 +18,7 @@ def _fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
     return "-" if value is None else format(value * scale, spec)
 
 
-def _summary_table(summaries: list[dict[str, Any]]) -> Table:
+def summary_table(summaries: list[dict[str, Any]]) -> Table:
     table = Table(title="specbench summary")
     for name in ("run", "method", "engine", "dataset", "L", "C", "AL", "AL/req", "hit@1", "tok/s", "speedup",
                  "TTFT ms", "TPOT ms", "ok", "failed"):
@@ -35,7 +35,7 @@ def _summary_table(summaries: list[dict[str, Any]]) -> Table:
     return table
 
 
-def _print_unsquashed(table: Table) -> None:
+def print_unsquashed(table: Table) -> None:
     """Widen the console to the table's natural width: rich would otherwise cut every cell to "…" in a narrow
     terminal or a pipe (80 columns), and a cut number is worse than a wrapped line."""
     console = Console()
@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps(summaries, indent=2))
         else:
-            _print_unsquashed(_summary_table(summaries))
+            print_unsquashed(summary_table(summaries))
 
     @app.command()
     def report(

@@ -1,7 +1,148 @@
-"""`specbench run` and `specbench compare` (placeholder until the engine lands)."""
+"""`specbench run` and `specbench compare`: the CLI face of specbench.run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
 
 import typer
+from rich.console import Console
+
+from specbench.errors import SpecbenchError
+
+console = Console()
+
+DATASET_HELP = "Bundled name (prompt-enhancement, fireworks), a .jsonl/.parquet file, or hf:<repo_id>[:<split>]."
+OPTION_HELP = "Method option KEY=VALUE (repeatable), e.g. --option matches=3 for an n-gram tree."
+
+
+def parse_options(items: list[str]) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise SpecbenchError(f"--option {item!r}: expected KEY=VALUE")
+        try:
+            options[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            options[key] = raw
+    return options
+
+
+def parse_ints(flag: str, text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SpecbenchError(f"{flag} {text!r}: expected integers separated by commas") from None
+    if not values or min(values) < 1:
+        raise SpecbenchError(f"{flag} {text!r}: values must be at least 1")
+    return values
+
+
+def _finish(paths: list[Path], report_dir: Path | None) -> None:
+    from specbench.analysis.metrics import summarize_run
+    from specbench.report_cli import print_unsquashed, summary_table
+
+    summaries = [summarize_run(p) for p in paths]
+    print_unsquashed(summary_table(summaries))
+    if report_dir is not None:
+        from specbench.report import render_report
+
+        render_report(paths, report_dir)
+        console.print(f"report: {report_dir / 'index.html'}  ({report_dir / 'leaderboard.md'})")
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    @app.command()
+    def run(
+        method: str = typer.Option("eagle4-harness", help="Method to run (see `specbench methods`)."),
+        budget: int = typer.Option(16, min=1, help="Budget L: tokens the target verifies per step, root included."),
+        dataset: str = typer.Option("prompt-enhancement", help=DATASET_HELP),
+        category: list[str] = typer.Option([], help="Only rows of this category (repeatable)."),
+        limit: Optional[int] = typer.Option(None, min=1, help="At most this many rows (after the seeded shuffle)."),
+        concurrency: int = typer.Option(1, min=1, help="Sequences in flight (continuous batching)."),
+        max_new_tokens: int = typer.Option(128, min=1, help="Output tokens per request at most."),
+        temperature: float = typer.Option(0.0, min=0.0, help="0 = greedy; > 0 samples (lossless verification)."),
+        top_p: float = typer.Option(1.0, min=0.0, max=1.0, help="Nucleus sampling mass (with --temperature)."),
+        top_k: int = typer.Option(0, min=0, help="Top-k sampling (0 = off)."),
+        seed: int = typer.Option(0, help="Seeds the row shuffle and the sampling."),
+        target: str = typer.Option("smollm2-135m", help="Known target name, a .gguf file, or a HF safetensors folder."),
+        dtype: str = typer.Option("auto", help="auto (bf16 where the CPU has native bf16, else fp32), float32, bfloat16."),
+        threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: all)."),
+        option: list[str] = typer.Option([], help=OPTION_HELP),
+        out: Optional[Path] = typer.Option(None, help="Run directory (default runs/<time>-<method>-L<L>-C<C>)."),
+        resume: bool = typer.Option(False, help="Continue the run in --out: keep its records, run the rest."),
+        report: bool = typer.Option(True, help="Render RUN_DIR/report/ (leaderboard.md, index.html) at the end."),
+    ) -> None:
+        """Run one method over a dataset and write RUN_DIR/manifest.json and RUN_DIR/records.jsonl.
+
+        Example: specbench run --method ngram --budget 8 --dataset fireworks --category code --limit 10
+        """
+        from specbench.run import Job, run_one
+        from specbench.runners.reference import Settings
+
+        job = Job(dataset, list(category), limit, target, dtype, threads)
+        settings = Settings(method, budget, concurrency, max_new_tokens, temperature, top_p, top_k, seed,
+                            parse_options(option))
+        path = run_one(job, settings, out, resume)
+        _finish([path], path / "report" if report else None)
+        console.print(f"run: {path}")
+
+    @app.command()
+    def compare(
+        methods: str = typer.Option("vanilla,ngram", help="Comma-separated methods; vanilla is always added."),
+        budget: str = typer.Option("8", help="Comma-separated budgets L, e.g. 4,8,16 (vanilla runs once)."),
+        concurrency: str = typer.Option("1", help="Comma-separated concurrencies, e.g. 1,8."),
+        dataset: str = typer.Option("prompt-enhancement", help=DATASET_HELP),
+        category: list[str] = typer.Option([], help="Only rows of this category (repeatable)."),
+        limit: Optional[int] = typer.Option(None, min=1, help="At most this many rows (after the seeded shuffle)."),
+        max_new_tokens: int = typer.Option(128, min=1, help="Output tokens per request at most."),
+        temperature: float = typer.Option(0.0, min=0.0, help="0 = greedy; > 0 samples."),
+        seed: int = typer.Option(0, help="Seeds the row shuffle and the sampling."),
+        target: str = typer.Option("smollm2-135m", help="Known target name, a .gguf file, or a HF safetensors folder."),
+        dtype: str = typer.Option("auto", help="auto, float32 or bfloat16."),
+        threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: all)."),
+        chunk: Optional[int] = typer.Option(None, min=1, help="Requests per interleaving block (default 1 at C=1, 4C)."),
+        out: Optional[Path] = typer.Option(None, help="Folder for the run dirs (default runs/compare-<time>)."),
+        resume: bool = typer.Option(False, help="Continue the comparison in --out."),
+        report: Optional[Path] = typer.Option(None, help="Report folder (default OUT/report)."),
+    ) -> None:
+        """Run several methods interleaved on the same requests, so machine drift cancels in the speedups.
+
+        Example: specbench compare --methods ngram,eagle4-tree --budget 8,16 --concurrency 1,8 --limit 20
+        """
+        from specbench.run import Job, run_compare
+        from specbench.runners.reference import Settings
+
+        job = Job(dataset, list(category), limit, target, dtype, threads)
+        base = Settings("vanilla", 1, 1, max_new_tokens, temperature, seed=seed)
+        names = [m.strip() for m in methods.split(",") if m.strip()]
+        paths = run_compare(job, base, names, parse_ints("--budget", budget),
+                            parse_ints("--concurrency", concurrency), out, resume, chunk)
+        root = paths[0].parent
+        _finish(paths, report or root / "report")
+        _print_match_rates(paths)
+        console.print(f"runs: {root}")
+
+    @app.command("methods")
+    def list_methods() -> None:
+        """List the methods the reference engine runs."""
+        from specbench.runners.reference import methods as names
+
+        for name in names():
+            console.print(name)
+
+
+def _print_match_rates(paths: list[Path]) -> None:
+    """Share of requests whose output equals vanilla's at the same concurrency (1.0 when lossless in fp32)."""
+    from specbench.analysis.metrics import output_match_rate
+    from specbench.records import read_manifest, read_records
+
+    runs = [(read_manifest(p), read_records(p)) for p in paths]
+    base = {m["concurrency"]: recs for m, recs in runs if m["method"] == "vanilla"}
+    for m, recs in runs:
+        if m["method"] != "vanilla" and m["concurrency"] in base:
+            rate = output_match_rate(recs, base[m["concurrency"]])
+            console.print(f"{m['method']} L={m['budget']} C={m['concurrency']}: output identical to vanilla "
+                          f"for {rate:.1%} of requests ({m['dtype']})")

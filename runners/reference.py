@@ -1,0 +1,162 @@
+"""Adapter for the bundled reference engine: dataset rows in, per-request records out.
+
+The target is loaded once per process and shared by every method of a comparison, so the methods
+differ only in their proposer.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import torch
+
+from reference_eagle4.engine import Engine, GenerationConfig, Request, Sequence
+from reference_eagle4.model import Transformer, load_transformer, pack_linears
+from reference_eagle4.proposers import PROPOSERS
+from reference_eagle4.verify import Sampling
+from reference_eagle4.weights import WeightsError, resolve_target, weights_sha256
+from specbench.dataset import Row, chat_messages
+from specbench.errors import SpecbenchError
+
+ENGINE = "reference"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def methods() -> list[str]:
+    return sorted(PROPOSERS)
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def auto_dtype() -> str:
+    """bf16 where the CPU multiplies it natively (AVX512-BF16 / AMX), fp32 elsewhere."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "float32"
+    return "bfloat16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
+
+
+@dataclass
+class Settings:
+    """Everything that decides a run's output, echoed into its manifest."""
+
+    method: str
+    budget: int
+    concurrency: int = 1
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+class ReferenceRunner:
+    def __init__(self, target: str, dtype: str = "auto", threads: int | None = None):
+        self.dtype_name = auto_dtype() if dtype == "auto" else dtype
+        if self.dtype_name not in DTYPES:
+            raise SpecbenchError(f"--dtype must be auto, float32 or bfloat16, got {dtype!r}")
+        torch.set_num_threads(threads or os.cpu_count() or 1)
+        try:
+            self.folder = resolve_target(target)
+        except WeightsError as err:
+            raise SpecbenchError(str(err)) from None
+        from transformers import AutoTokenizer
+
+        self.target_spec = target
+        self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
+        self.model: Transformer = pack_linears(load_transformer(self.folder, DTYPES[self.dtype_name]))
+        self.eos_ids = tuple(sorted({self.tokenizer.eos_token_id, *self._generation_eos()}))
+        self._sha: str | None = None
+
+    def _generation_eos(self) -> list[int]:
+        import json
+
+        path = self.folder / "generation_config.json"
+        if not path.exists():
+            return []
+        eos = json.loads(path.read_text()).get("eos_token_id", [])
+        return eos if isinstance(eos, list) else [eos]
+
+    def describe(self) -> dict[str, Any]:
+        """Manifest facts about the engine, target and machine."""
+        if self._sha is None:
+            self._sha = weights_sha256(self.folder)
+        return {
+            "engine": ENGINE,
+            "target": self.target_spec,
+            "target_folder": str(self.folder),
+            "weights_sha256": self._sha,
+            "dtype": self.dtype_name,
+            "device": f"cpu: {cpu_name()}",
+            "threads": torch.get_num_threads(),
+        }
+
+    def requests(self, rows: Iterable[Row]) -> list[Request]:
+        out = []
+        for row in rows:
+            ids = self.tokenizer.apply_chat_template(
+                chat_messages(row), add_generation_prompt=True, tokenize=True, return_dict=False)
+            out.append(Request(row.question_id, list(ids), {"category": row.category}))
+        return out
+
+    def engine(self, settings: Settings, max_len: int) -> Engine:
+        if settings.method not in PROPOSERS:
+            raise SpecbenchError(f"--method {settings.method!r} is unknown (choose from {', '.join(methods())})")
+        try:
+            proposer = PROPOSERS[settings.method](budget=settings.budget, **settings.options)
+        except (TypeError, ValueError, FileNotFoundError) as err:
+            raise SpecbenchError(f"--method {settings.method}: {err}") from None
+        cfg = GenerationConfig(
+            max_new_tokens=settings.max_new_tokens,
+            sampling=Sampling(settings.temperature, settings.top_p, settings.top_k),
+            eos_ids=self.eos_ids, concurrency=settings.concurrency, seed=settings.seed)
+        return Engine(self.model, proposer, cfg, max_len)
+
+    def max_len(self, requests: list[Request], settings: Settings) -> int:
+        """KV slots long enough for the longest prompt, the output, and one step's tree."""
+        longest = max(len(r.prompt_ids) for r in requests)
+        need = longest + settings.max_new_tokens + max(settings.budget, 64) + 1
+        limit = self.model.args.max_position
+        if need > limit:
+            raise SpecbenchError(
+                f"a prompt of {longest} tokens + {settings.max_new_tokens} new tokens exceeds the target's "
+                f"{limit}-token context; lower --max-new-tokens or filter long rows")
+        return need
+
+    def record(self, seq: Sequence, settings: Settings) -> dict[str, Any]:
+        out = seq.output
+        return {
+            "question_id": seq.request.id,
+            "category": seq.request.meta.get("category", ""),
+            "method": settings.method,
+            "concurrency": settings.concurrency,
+            "status": "ok",
+            "error": "",
+            "prompt_token_ids": seq.request.prompt_ids,
+            "output_token_ids": out,
+            "output_text": self.tokenizer.decode(out, skip_special_tokens=True),
+            "steps": seq.steps,
+            "mean_entropy": sum(seq.entropies) / len(seq.entropies) if seq.entropies else 0.0,
+            "t_start": seq.t_start,
+            "t_end": seq.t_end,
+            "ttft_s": seq.t_first - seq.t_start,
+            "latency_s": seq.t_end - seq.t_start,
+        }
+
+    def run(self, engine: Engine, requests: list[Request], settings: Settings,
+            on_record: Callable[[dict[str, Any]], None]) -> None:
+        engine.generate(requests, lambda seq: on_record(self.record(seq, settings)))

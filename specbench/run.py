@@ -1,0 +1,222 @@
+"""Run orchestration: one method (`run`) or several interleaved on the same requests (`compare`).
+
+Each (method, budget, concurrency) writes its own run directory (manifest.json + records.jsonl), so
+analysis treats a comparison as a set of ordinary runs. Records are appended as requests finish, so
+Ctrl-C loses only requests still in flight, and `resume` continues where the records stop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from specbench.dataset import Row, load_rows
+from specbench.errors import SpecbenchError
+from specbench.records import MANIFEST_FILE, RecordWriter, iter_finished_ids, read_manifest
+from specbench.runners.reference import ReferenceRunner, Settings
+
+# Settings that must match for `--resume` to append to an existing run.
+RESUME_KEYS = ("method", "budget", "concurrency", "max_new_tokens", "temperature", "top_p", "top_k", "seed",
+               "options", "dataset", "categories", "target", "dtype")
+
+
+@dataclass
+class Job:
+    """What to run: the rows and the engine; one Job may drive several methods (compare)."""
+
+    dataset: str = "prompt-enhancement"
+    categories: list[str] = field(default_factory=list)
+    limit: int | None = None
+    target: str = "smollm2-135m"
+    dtype: str = "auto"
+    threads: int | None = None
+
+    def rows(self, seed: int) -> list[Row]:
+        return load_rows(self.dataset, self.categories or None, self.limit, seed)
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in ("specbench", "torch", "transformers"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def new_run_id(settings: Settings) -> str:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{settings.method}-L{settings.budget}-C{settings.concurrency}"
+
+
+def manifest(run_id: str, job: Job, settings: Settings, runner: ReferenceRunner, proposer_config: dict[str, Any],
+             n_requests: int, compare_id: str | None) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": shlex.join(["specbench", *sys.argv[1:]]),
+        "compare_id": compare_id,
+        "dataset": job.dataset,
+        "categories": job.categories,
+        "limit": job.limit,
+        "n_requests": n_requests,
+        **asdict(settings),
+        **runner.describe(),
+        "method_config": proposer_config,
+        "versions": versions(),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count() or 1},
+    }
+
+
+def check_resumable(run_dir: Path, expected: dict[str, Any]) -> None:
+    """Refuse to append records made under different settings to an existing run."""
+    old = read_manifest(run_dir)
+    diff = [k for k in RESUME_KEYS if old.get(k) != expected.get(k)]
+    if diff:
+        shown = ", ".join(f"{k}: {old.get(k)!r} there, {expected.get(k)!r} now" for k in diff)
+        raise SpecbenchError(f"{run_dir}: cannot resume, settings differ ({shown})")
+
+
+class RunDir:
+    """One run directory: its manifest, its record writer, and the ids it still needs."""
+
+    def __init__(self, path: Path, meta: dict[str, Any], resume: bool, all_ids: list[str]):
+        self.path = path
+        has_records = (path / "records.jsonl").exists() and (path / "records.jsonl").stat().st_size > 0
+        if resume:
+            if not (path / MANIFEST_FILE).exists():
+                raise SpecbenchError(f"{path}: nothing to resume (no manifest.json)")
+            check_resumable(path, meta)
+            meta = {**read_manifest(path), "resumed": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        elif has_records:
+            raise SpecbenchError(f"{path} already holds records: pass --resume to continue it, or another --out")
+        path.mkdir(parents=True, exist_ok=True)
+        (path / MANIFEST_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        done = set(iter_finished_ids(path))
+        self.todo = {i for i in all_ids if i not in done}
+        if resume:
+            self._drop_failed(done)
+        self.writer = RecordWriter(path)
+
+    def _drop_failed(self, done: set[str]) -> None:
+        """Failed records of requests about to be retried are superseded; keep the file free of them."""
+        rec_path = self.path / "records.jsonl"
+        lines = [ln for ln in rec_path.read_text().splitlines()
+                 if ln.strip() and json.loads(ln)["question_id"] in done]
+        rec_path.write_text("".join(ln + "\n" for ln in lines))
+
+
+def progress_bar() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[tok_s]:>6.1f} tok/s"), TimeElapsedColumn(), TimeRemainingColumn())
+
+
+@dataclass
+class Variant:
+    """One (method, budget, concurrency) of a run or comparison, with its run directory."""
+
+    settings: Settings
+    dir: RunDir
+    engine: Any
+    tokens: int = 0
+    busy_s: float = 0.0
+
+
+def execute(runner: ReferenceRunner, job: Job, variants_settings: list[Settings], out_dirs: list[Path],
+            resume: bool, compare_id: str | None, chunk: int) -> list[Path]:
+    """Run every variant on the same rows, interleaving them chunk by chunk (rotating their order)."""
+    seed = variants_settings[0].seed
+    rows = job.rows(seed)
+    if not rows:
+        raise SpecbenchError(f"{job.dataset}: no rows selected")
+    requests = runner.requests(rows)
+    by_id = {r.id: r for r in requests}
+    ids = [r.id for r in requests]
+    variants = []
+    for settings, path in zip(variants_settings, out_dirs):
+        engine = runner.engine(settings, runner.max_len(requests, settings))
+        meta = manifest(path.name, job, settings, runner, engine.proposer.config(), len(ids), compare_id)
+        variants.append(Variant(settings, RunDir(path, meta, resume, ids), engine))
+    total = sum(len(v.dir.todo) for v in variants)
+    try:
+        with progress_bar() as bar:
+            task = bar.add_task(_label(variants), total=total, tok_s=0.0)
+            for k, start in enumerate(range(0, len(ids), chunk)):
+                block = ids[start: start + chunk]
+                rotated = variants[k % len(variants):] + variants[: k % len(variants)]
+                for v in rotated:
+                    todo = [by_id[i] for i in block if i in v.dir.todo]
+                    if todo:
+                        _run_block(runner, v, todo, bar, task)
+    except KeyboardInterrupt:
+        kept = sum(len(ids) - len(v.dir.todo) for v in variants)
+        hint = "rerun the same command with --resume" + ("" if compare_id else " --out " + str(out_dirs[0]))
+        print(f"\ninterrupted: {kept} finished records are kept; {hint}", file=sys.stderr)
+        raise
+    finally:
+        for v in variants:
+            v.dir.writer.close()
+    return [v.dir.path for v in variants]
+
+
+def _label(variants: list[Variant]) -> str:
+    if len(variants) == 1:
+        s = variants[0].settings
+        return f"{s.method} L={s.budget} C={s.concurrency}"
+    return f"{len(variants)} variants"
+
+
+def _run_block(runner: ReferenceRunner, v: Variant, todo: list, bar: Progress, task: Any) -> None:
+    t0 = time.time()
+
+    def on_record(rec: dict[str, Any]) -> None:
+        v.dir.writer.write(rec)
+        v.dir.todo.discard(rec["question_id"])
+        v.tokens += len(rec["output_token_ids"])
+        rate = v.tokens / max(v.busy_s + time.time() - t0, 1e-9)
+        bar.update(task, advance=1, tok_s=rate, description=f"{v.settings.method} L={v.settings.budget} "
+                   f"C={v.settings.concurrency}")
+
+    runner.run(v.engine, todo, v.settings, on_record)
+    v.busy_s += time.time() - t0
+
+
+def run_one(job: Job, settings: Settings, out: Path | None, resume: bool) -> Path:
+    if resume and out is None:
+        raise SpecbenchError("--resume needs --out RUN_DIR (the run to continue)")
+    path = out or Path("runs") / new_run_id(settings)
+    runner = ReferenceRunner(job.target, job.dtype, job.threads)
+    return execute(runner, job, [settings], [path], resume, None, chunk=max(1, settings.concurrency))[0]
+
+
+def run_compare(job: Job, base: Settings, methods: list[str], budgets: list[int], concurrencies: list[int],
+                out: Path | None, resume: bool, chunk: int | None) -> list[Path]:
+    """All methods x budgets (vanilla once) at each concurrency, interleaved on the same requests."""
+    if "vanilla" not in methods:
+        methods = ["vanilla", *methods]
+    root = out or Path("runs") / f"compare-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    if resume and not root.exists():
+        raise SpecbenchError(f"--resume: {root} does not exist")
+    compare_id = root.name
+    runner = ReferenceRunner(job.target, job.dtype, job.threads)
+    paths = []
+    for c in concurrencies:
+        variants = []
+        for m in methods:
+            for L in ([1] if m == "vanilla" else budgets):
+                variants.append(replace(base, method=m, budget=L, concurrency=c))
+        dirs = [root / f"{s.method}-L{s.budget}-C{c}" for s in variants]
+        paths += execute(runner, job, variants, dirs, resume, compare_id, chunk or (1 if c == 1 else 4 * c))
+    return paths
