@@ -125,6 +125,25 @@ def register(app: typer.Typer) -> None:
         _print_match_rates(paths)
         console.print(f"runs: {root}")
 
+    @app.command("peers")
+    def peers(
+        dataset: str = typer.Option("prompt-enhancement", help=DATASET_HELP),
+        limit: int = typer.Option(8, min=1, help="Prompts (alternating engines on each)."),
+        max_new_tokens: int = typer.Option(128, min=1, help="Output tokens per prompt at most."),
+        target: str = typer.Option("smollm2-135m", help="Known target name, a .gguf file, or a HF folder."),
+        dtype: str = typer.Option("auto", help="auto, float32 or bfloat16 (both engines use it)."),
+        threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: all)."),
+    ) -> None:
+        """Vanilla decoding on the reference engine vs transformers.generate, same prompts, same process."""
+        from specbench.peers import bench_transformers
+        from specbench.run import Job
+
+        ours, theirs, same = bench_transformers(Job(dataset, [], limit, target, dtype, threads), max_new_tokens)
+        for r in (ours, theirs):
+            console.print(f"{r.engine:>12}: {r.tok_s:6.1f} tok/s  ({r.tokens} tokens in {r.seconds:.1f} s)")
+        console.print(f"reference / transformers = {ours.tok_s / theirs.tok_s:.2f}x; "
+                      f"identical tokens on {same:.0%} of prompts")
+
     @app.command("methods")
     def list_methods() -> None:
         """List the methods the reference engine runs."""

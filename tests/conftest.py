@@ -60,3 +60,53 @@ def synth(tmp_path: Path) -> SimpleNamespace:
         step=step, record=record,
         run=lambda run_id, records, **manifest: write_run(tmp_path / "runs", run_id, records, **manifest),
     )
+
+
+# -- a tiny random-weight Llama target with a real tokenizer, in the HF folder layout -------------------
+
+TINY_CONFIG = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                   num_key_value_heads=2, head_dim=16, max_position_embeddings=1024, rms_norm_eps=1e-5,
+                   tie_word_embeddings=True)
+
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def build_tiny_target(folder: Path, seed: int = 0) -> Path:
+    """Byte-level BPE tokenizer trained on a few sentences + a random Llama, saved as a HF folder.
+
+    Random weights make greedy decoding loop, which gives prompt lookup something to accept, and the
+    folder exercises the same loading path (config.json + safetensors + tokenizer) as a real target.
+    """
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    corpus = ["a red fox jumps over the lazy dog at golden hour, cinematic, slow pan",
+              "write a python function that reverses a list", "user_prompt: image_caption: system assistant"]
+    tok.train_from_iterator(corpus * 20, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>",
+                                   unk_token="<|endoftext|>", pad_token="<|im_end|>")
+    fast.chat_template = CHAT_TEMPLATE
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(fast), bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id,
+                         **TINY_CONFIG)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():   # larger weights than the default init: sharper, more repetitive predictions
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(2.0)
+    model.save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_target(tmp_path_factory.mktemp("tiny-target"))

@@ -1,0 +1,102 @@
+"""The reference target must compute what transformers computes, for prefill, decode and draft trees."""
+
+import pytest
+import torch
+
+from reference_eagle4.model import load_transformer, pack_linears
+from reference_eagle4.tree import DraftTree
+
+
+@pytest.fixture(scope="module")
+def models(tiny_target):
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(tiny_target, dtype=torch.float32).eval()
+    return hf, load_transformer(tiny_target)
+
+
+def test_logits_match_transformers_across_cached_chunks(models):
+    hf, ours = models
+    ids = torch.randint(0, 300, (1, 40), generator=torch.Generator().manual_seed(1))
+    cache = ours.new_cache(1, 128)
+    with torch.no_grad():
+        ref = hf(ids).logits[0]
+        first, _ = ours(ids[:, :25], cache)
+        cache.keep(0, torch.arange(25))
+        rest, _ = ours(ids[:, 25:], cache)
+    assert (torch.cat([first[0], rest[0]]) - ref).abs().max() < 1e-4
+
+
+def test_tree_node_logits_equal_the_logits_of_its_path(models):
+    hf, ours = models
+    prefix = torch.randint(0, 300, (1, 12), generator=torch.Generator().manual_seed(2))
+    tree = DraftTree([5, 7, 9, 11, 13, 17], [-1, 0, 0, 1, 1, 2])   # two branches at the root and at node 1
+    cache = ours.new_cache(1, 64)
+    with torch.no_grad():
+        ours(prefix, cache)
+        cache.keep(0, torch.arange(12))
+        logits, _ = ours(torch.tensor([tree.tokens]), cache, tree_mask=tree.mask()[None],
+                         depths=torch.tensor([tree.depths]))
+        for node in range(len(tree)):
+            path, n = [], node
+            while n >= 0:
+                path.insert(0, tree.tokens[n])
+                n = tree.parents[n]
+            ref = hf(torch.cat([prefix, torch.tensor([path])], 1)).logits[0, -1]
+            assert (logits[0, node] - ref).abs().max() < 1e-4, f"node {node}"
+
+
+def test_keeping_an_accepted_branch_compacts_the_cache(models):
+    hf, ours = models
+    prefix = torch.randint(0, 300, (1, 10), generator=torch.Generator().manual_seed(3))
+    tree = DraftTree([4, 6, 8, 10], [-1, 0, 0, 2])     # keep root -> node 2 -> node 3
+    cache = ours.new_cache(1, 64)
+    with torch.no_grad():
+        ours(prefix, cache)
+        cache.keep(0, torch.arange(10))
+        ours(torch.tensor([tree.tokens]), cache, tree_mask=tree.mask()[None], depths=torch.tensor([tree.depths]))
+        cache.keep(0, torch.tensor([0, 2, 3]))
+        nxt, _ = ours(torch.tensor([[12]]), cache)
+        ref = hf(torch.cat([prefix, torch.tensor([[4, 8, 10, 12]])], 1)).logits[0, -1]
+    assert int(cache.lengths[0]) == 13
+    assert (nxt[0, 0] - ref).abs().max() < 1e-4
+
+
+def test_ragged_batch_equals_sequences_run_alone(models):
+    _, ours = models
+    g = torch.Generator().manual_seed(4)
+    a, b = torch.randint(0, 300, (1, 7), generator=g), torch.randint(0, 300, (1, 15), generator=g)
+    batch = ours.new_cache(2, 64)
+    with torch.no_grad():
+        ours(a, batch, first_slot=0)
+        batch.keep(0, torch.arange(7))
+        ours(b, batch, first_slot=1)
+        batch.keep(1, torch.arange(15))
+        step = torch.tensor([[3, 4], [5, 0]])                       # second row is one real token + padding
+        mask = torch.tensor([[[1, 0], [1, 1]], [[1, 0], [0, 1]]], dtype=torch.bool)
+        out, _ = ours(step, batch, tree_mask=mask)
+        for row, (prefix, toks) in enumerate([(a, [3, 4]), (b, [5])]):
+            alone = ours.new_cache(1, 64)
+            ours(prefix, alone)
+            alone.keep(0, torch.arange(prefix.shape[1]))
+            ref, _ = ours(torch.tensor([toks]), alone)
+            assert (out[row, : len(toks)] - ref[0]).abs().max() < 1e-5
+
+
+def test_captured_hidden_states_are_layer_inputs(models):
+    hf, ours = models
+    ids = torch.randint(0, 300, (1, 9), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        _, hidden = ours(ids, ours.new_cache(1, 32), capture=(1, 3))
+        ref = hf(ids, output_hidden_states=True).hidden_states
+    assert (hidden[0] - ref[1]).abs().max() < 1e-5
+    assert (hidden[1] - ref[3]).abs().max() < 1e-5
+
+
+def test_packed_linears_keep_the_logits(tiny_target):
+    plain, packed = load_transformer(tiny_target), pack_linears(load_transformer(tiny_target))
+    ids = torch.randint(0, 300, (2, 6), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        a, _ = plain(ids, plain.new_cache(2, 16))
+        b, _ = packed(ids, packed.new_cache(2, 16))
+    assert (a - b).abs().max() < 1e-4

@@ -1,0 +1,96 @@
+"""`specbench run` / `compare` end to end on a tiny target: records, manifest, resume, Ctrl-C, errors."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from specbench.cli import app
+from specbench.errors import SpecbenchError
+from specbench.records import read_manifest, read_records
+
+cli = CliRunner()
+
+
+def run_args(target, out, *extra):
+    return ["run", "--target", str(target), "--method", "ngram", "--budget", "4", "--limit", "4",
+            "--max-new-tokens", "12", "--dtype", "float32", "--no-report", "--out", str(out), *extra]
+
+
+def test_run_writes_manifest_and_one_record_per_request(tiny_target, tmp_path):
+    out = tmp_path / "run"
+    res = cli.invoke(app, run_args(tiny_target, out, "--category", "text-to-image", "--concurrency", "2"))
+    assert res.exit_code == 0, res.output
+    assert res.output.strip().splitlines()[-1] == f"run: {out}"
+    records = read_records(out)
+    assert len(records) == 4 and {r["category"] for r in records} == {"text-to-image"}
+    for r in records:
+        assert len(r["output_token_ids"]) == 1 + sum(s["emitted"] for s in r["steps"])
+        assert r["ttft_s"] <= r["latency_s"] and r["output_text"]
+    m = read_manifest(out)
+    assert (m["method"], m["budget"], m["concurrency"], m["dtype"]) == ("ngram", 4, 2, "float32")
+    assert len(m["weights_sha256"]) == 64 and m["method_config"]["budget"] == 4
+
+
+def test_resume_completes_a_run_and_keeps_finished_records(tiny_target, tmp_path):
+    out = tmp_path / "run"
+    assert cli.invoke(app, run_args(tiny_target, out)).exit_code == 0
+    path = out / "records.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:2]) + "\n")            # as if interrupted after two requests
+    res = cli.invoke(app, run_args(tiny_target, out, "--resume"))
+    assert res.exit_code == 0, res.output
+    again = path.read_text().splitlines()
+    assert again[:2] == lines[:2] and len(again) == 4
+    assert sorted(json.loads(x)["question_id"] for x in again) == sorted(json.loads(x)["question_id"] for x in lines)
+
+
+def test_refuses_to_overwrite_or_resume_with_other_settings(tiny_target, tmp_path):
+    out = tmp_path / "run"
+    assert cli.invoke(app, run_args(tiny_target, out)).exit_code == 0
+    with pytest.raises(SpecbenchError, match="already holds records"):
+        cli.invoke(app, run_args(tiny_target, out), catch_exceptions=False)
+    with pytest.raises(SpecbenchError, match="budget"):
+        cli.invoke(app, [*run_args(tiny_target, out, "--resume")[:-4], "--budget", "8", "--no-report", "--out",
+                         str(out), "--resume"], catch_exceptions=False)
+
+
+def test_ctrl_c_keeps_finished_records(tiny_target, tmp_path, monkeypatch):
+    from specbench import run as run_mod
+
+    out = tmp_path / "run"
+    real = run_mod.RecordWriter.write
+    calls = {"n": 0}
+
+    def write_then_interrupt(self, rec):
+        real(self, rec)
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_mod.RecordWriter, "write", write_then_interrupt)
+    res = cli.invoke(app, run_args(tiny_target, out))
+    assert res.exit_code == 130   # typer turns Ctrl-C into the shell convention
+    assert len(read_records(out)) == 2
+    monkeypatch.setattr(run_mod.RecordWriter, "write", real)
+    assert cli.invoke(app, run_args(tiny_target, out, "--resume")).exit_code == 0
+    assert len(read_records(out)) == 4
+
+
+def test_compare_interleaves_methods_and_reports_speedups(tiny_target, tmp_path):
+    out = tmp_path / "cmp"
+    res = cli.invoke(app, ["compare", "--target", str(tiny_target), "--methods", "ngram", "--budget", "2,4",
+                           "--concurrency", "1,2", "--limit", "3", "--max-new-tokens", "10", "--dtype", "float32",
+                           "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    dirs = sorted(p.name for p in out.iterdir() if p.is_dir() and p.name != "report")
+    assert dirs == ["ngram-L2-C1", "ngram-L2-C2", "ngram-L4-C1", "ngram-L4-C2", "vanilla-L1-C1", "vanilla-L1-C2"]
+    assert {read_manifest(out / d)["compare_id"] for d in dirs} == {"cmp"}
+    assert "identical to vanilla for 100.0% of requests" in res.output
+    assert (out / "report" / "leaderboard.md").exists()
+
+
+def test_unknown_method_is_one_clear_error(tiny_target, tmp_path):
+    with pytest.raises(SpecbenchError, match="--method 'nope' is unknown"):
+        cli.invoke(app, ["run", "--target", str(tiny_target), "--method", "nope", "--limit", "1",
+                         "--out", str(tmp_path / "r")], catch_exceptions=False)
