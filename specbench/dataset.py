@@ -57,10 +57,13 @@ class Row:
         return record
 
 
+# The benchmark sets. data/ also holds the drafters' training-prompt pool, which is deliberately not one.
+BUNDLED = ("fireworks", "prompt-enhancement")
+
+
 def bundled_names() -> list[str]:
-    """Names of the prompt sets shipped in the package (data/*.jsonl)."""
-    names = (entry.name for entry in resources.files(_BUNDLE).iterdir())
-    return sorted(name[: -len(".jsonl")] for name in names if name.endswith(".jsonl"))
+    """Names of the prompt sets shipped in the package (data/<name>.jsonl)."""
+    return list(BUNDLED)
 
 
 @lru_cache(maxsize=1)
@@ -163,9 +166,13 @@ def _load_file(path: Path) -> list[Row]:
     return [Row.from_dict(record) for record in records]
 
 
-def _refuse(problems: list[str], where: str) -> None:
+def _refuse(problems: list[str], where: str, shown: int = 20) -> None:
+    """Name the first problems; `specbench data validate` lists every one."""
     if problems:
-        raise SpecbenchError(f"{where} is not a valid prompt set ({len(problems)} problem(s)):\n" + "\n".join(problems))
+        more = len(problems) - shown
+        tail = f"\n... and {more} more (all of them: specbench data validate {where})" if more > 0 else ""
+        raise SpecbenchError(f"{where} is not a valid prompt set ({len(problems)} problem(s)):\n"
+                             + "\n".join(problems[:shown]) + tail)
 
 
 def _load_hub(spec: str) -> list[Row]:
