@@ -7,13 +7,13 @@ differ only in their proposer.
 from __future__ import annotations
 
 import os
-import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import torch
 
+from reference_eagle4.device import cpu_name
 from reference_eagle4.engine import Engine, GenerationConfig, Request, Sequence
 from reference_eagle4.model import Transformer, load_transformer, pack_linears
 from reference_eagle4.proposers import PROPOSERS
@@ -28,16 +28,6 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 def methods() -> list[str]:
     return sorted(PROPOSERS)
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def auto_dtype() -> str:

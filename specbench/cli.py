@@ -7,7 +7,7 @@ import sys
 import typer
 from rich.console import Console
 
-from specbench import data_cli, report_cli, run_cli
+from specbench import calibrate_cli, data_cli, report_cli, run_cli
 from specbench.errors import SpecbenchError
 
 app = typer.Typer(
@@ -21,6 +21,7 @@ app = typer.Typer(
 app.add_typer(data_cli.app, name="data")
 run_cli.register(app)
 report_cli.register(app)
+calibrate_cli.register(app)
 
 
 def main() -> None:

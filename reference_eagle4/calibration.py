@@ -1,0 +1,171 @@
+"""Offline cost tables: measured verification and drafting times on the device the engine runs on.
+
+The harness decides how large a tree to verify from these tables, so they must describe the machine
+as it is (dtype, threads, packing), not a model of it. A table is keyed by device, dtype, thread count
+and parallelism; `find_table` returns the one matching the current run or None.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from bisect import bisect_right
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from reference_eagle4.device import device_name
+from reference_eagle4.model import Transformer
+
+DEFAULT_BATCHES = (1, 2, 4, 8, 16)
+DEFAULT_CONTEXTS = (256, 1024, 4096)
+DEFAULT_TOKENS = (1, 2, 4, 8, 16, 32, 64)
+DEFAULT_WIDTHS = (1, 4, 16, 64)
+
+
+def _interp(xs: list[int], x: float) -> tuple[int, int, float]:
+    """Bracketing grid indices and weight for x; linear extrapolation past the last two points."""
+    if len(xs) == 1:
+        return 0, 0, 0.0
+    i = min(max(bisect_right(xs, x) - 1, 0), len(xs) - 2)
+    return i, i + 1, (x - xs[i]) / (xs[i + 1] - xs[i])
+
+
+def _mix(a: float, b: float, w: float) -> float:
+    return a + (b - a) * w
+
+
+@dataclass
+class CostTable:
+    key: dict[str, Any]
+    batches: list[int]
+    contexts: list[int]
+    tokens: list[int]
+    verify_ms: list[list[list[float]]]          # [batch][context][tokens per sequence]
+    draft_batches: list[int] = field(default_factory=list)
+    draft_widths: list[int] = field(default_factory=list)
+    draft_ms: list[list[float]] = field(default_factory=list)   # [batch][width]: one drafter forward
+    created: str = ""
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def verify(self, batch: float, context: float, tokens: float) -> float:
+        """Milliseconds of one verification forward where every sequence appends `tokens` tokens."""
+        bi, bj, bw = _interp(self.batches, batch)
+        ci, cj, cw = _interp(self.contexts, context)
+        ti, tj, tw = _interp(self.tokens, tokens)
+        v = self.verify_ms
+
+        def at(b: int, c: int) -> float:
+            return _mix(v[b][c][ti], v[b][c][tj], tw)
+
+        return max(_mix(_mix(at(bi, ci), at(bi, cj), cw), _mix(at(bj, ci), at(bj, cj), cw), bw), 1e-3)
+
+    def draft(self, batch: float, width: float) -> float:
+        """Milliseconds of one drafter forward over `width` nodes per sequence."""
+        if not self.draft_ms:
+            return 0.0
+        bi, bj, bw = _interp(self.draft_batches, batch)
+        wi, wj, ww = _interp(self.draft_widths, width)
+        d = self.draft_ms
+        return max(_mix(_mix(d[bi][wi], d[bi][wj], ww), _mix(d[bj][wi], d[bj][wj], ww), bw), 0.0)
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "CostTable":
+        return cls(**json.loads(Path(path).read_text()))
+
+
+def device_key(model: Transformer, parallelism: str = "single") -> dict[str, Any]:
+    w = model.embed.weight
+    return {"device": device_name(w.device), "dtype": str(w.dtype).removeprefix("torch."),
+            "threads": torch.get_num_threads(), "parallelism": parallelism}
+
+
+def slug(key: dict[str, Any]) -> str:
+    text = f"{key['device']}-{key['dtype']}-t{key['threads']}-{key['parallelism']}"
+    return "".join(c if c.isalnum() or c in "-." else "_" for c in text)
+
+
+def table_dir() -> Path:
+    from reference_eagle4.weights import cache_root
+
+    return cache_root() / "calibration"
+
+
+def find_table(key: dict[str, Any], folder: Path | None = None) -> CostTable | None:
+    path = (folder or table_dir()) / f"{slug(key)}.json"
+    return CostTable.load(path) if path.exists() else None
+
+
+def median_ms(fn: Callable[[], Any], repeats: int, warmup: int) -> tuple[float, list[float]]:
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(samples), samples
+
+
+def time_verification(model: Transformer, batches: tuple[int, ...], contexts: tuple[int, ...],
+                      tokens: tuple[int, ...], repeats: int = 3, warmup: int = 1,
+                      on_point: Callable[[], None] | None = None) -> tuple[list, dict[str, list[float]]]:
+    """verify_ms[b][c][t] for a batch of b sequences, each with c cached tokens, appending t tokens."""
+    table: list[list[list[float]]] = []
+    raw: dict[str, list[float]] = {}
+    with torch.inference_mode():
+        for b in batches:
+            cache = model.new_cache(b, max(contexts) + max(tokens) + 1)
+            rows = []
+            for c in contexts:
+                cache.lengths[:] = c
+                row = []
+                for t in tokens:
+                    ids = torch.randint(0, model.args.vocab_size, (b, t))
+                    ms, samples = median_ms(lambda: model(ids, cache), repeats, warmup)
+                    row.append(ms)
+                    raw[f"b{b}-c{c}-t{t}"] = samples
+                    if on_point:
+                        on_point()
+                rows.append(row)
+            table.append(rows)
+    return table, raw
+
+
+def calibrate(model: Transformer, batches: tuple[int, ...] = DEFAULT_BATCHES,
+              contexts: tuple[int, ...] = DEFAULT_CONTEXTS, tokens: tuple[int, ...] = DEFAULT_TOKENS,
+              drafter_step: Callable[[int, int], Callable[[], Any]] | None = None,
+              widths: tuple[int, ...] = DEFAULT_WIDTHS, repeats: int = 3, warmup: int = 1,
+              parallelism: str = "single", on_point: Callable[[], None] | None = None) -> CostTable:
+    """Measure a full table. `drafter_step(batch, width)` returns a callable running one drafter forward."""
+    contexts = tuple(c for c in contexts if c + max(tokens) < model.args.max_position) or (contexts[0],)
+    verify, raw = time_verification(model, batches, contexts, tokens, repeats, warmup, on_point)
+    draft: list[list[float]] = []
+    if drafter_step is not None:
+        for b in batches:
+            row = []
+            for w in widths:
+                ms, samples = median_ms(drafter_step(b, w), repeats, warmup)
+                row.append(ms)
+                raw[f"draft-b{b}-w{w}"] = samples
+                if on_point:
+                    on_point()
+            draft.append(row)
+    return CostTable(device_key(model, parallelism), list(batches), list(contexts), list(tokens), verify,
+                     list(batches) if draft else [], list(widths) if draft else [], draft,
+                     datetime.now(timezone.utc).isoformat(timespec="seconds"), raw)
+
+
+def grid_points(batches: tuple[int, ...], contexts: tuple[int, ...], tokens: tuple[int, ...],
+                widths: tuple[int, ...], with_drafter: bool) -> int:
+    return len(batches) * len(contexts) * len(tokens) + (len(batches) * len(widths) if with_drafter else 0)

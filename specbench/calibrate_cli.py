@@ -1,0 +1,53 @@
+"""`specbench calibrate`: measure the cost table the harness plans trees with, on this machine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from specbench.errors import SpecbenchError
+
+console = Console()
+
+
+def _ints(flag: str, text: str) -> tuple[int, ...]:
+    from specbench.run_cli import parse_ints
+
+    return tuple(parse_ints(flag, text))
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def calibrate(
+        target: str = typer.Option("smollm2-135m", help="Known target name, a .gguf file, or a HF folder."),
+        dtype: str = typer.Option("auto", help="auto, float32 or bfloat16: time what runs will use."),
+        threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: all)."),
+        batches: str = typer.Option("1,2,4,8,16", help="Batch sizes (sequences per step)."),
+        contexts: str = typer.Option("256,1024,4096", help="Context lengths (cached tokens per sequence)."),
+        tokens: str = typer.Option("1,2,4,8,16,32,64", help="Tokens verified per sequence per step."),
+        repeats: int = typer.Option(3, min=1, help="Timed repeats per point (the median is kept)."),
+        out: Optional[Path] = typer.Option(None, help="Table file (default: the cache, where runs look it up)."),
+    ) -> None:
+        """Time the target's verification step over (batch, context, tokens) on this device.
+
+        The harness reads the table matching this device, dtype and thread count; without one it
+        calibrates a small grid in-process and says so. Takes a few minutes on a 2-core CPU.
+        """
+        from reference_eagle4.calibration import calibrate as measure, grid_points, slug, table_dir
+        from specbench.runners.reference import ReferenceRunner
+
+        b, c, t = _ints("--batches", batches), _ints("--contexts", contexts), _ints("--tokens", tokens)
+        runner = ReferenceRunner(target, dtype, threads)
+        total = grid_points(b, c, t, (), False)
+        with Progress(TextColumn("calibrating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
+            task = bar.add_task("", total=total)
+            table = measure(runner.model, b, c, t, repeats=repeats, on_point=lambda: bar.advance(task))
+        path = table.save(out or table_dir() / f"{slug(table.key)}.json")
+        one = table.verify(1, table.contexts[0], 1)
+        shape = ", ".join(f"{n}: {table.verify(1, table.contexts[0], n) / one:.2f}x" for n in table.tokens)
+        console.print(f"verification cost vs 1 token (batch 1, context {table.contexts[0]}): {shape}")
+        console.print(f"table: {path}")

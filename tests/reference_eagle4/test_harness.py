@@ -1,0 +1,55 @@
+"""The harness's tree size follows the measured cost table, the batch size and the draft confidence."""
+
+from reference_eagle4.calibration import CostTable
+from reference_eagle4.harness import TreePlanner
+
+TOKENS = [1, 2, 4, 8, 16, 32, 64]
+
+
+def table(per_token_ms: float, batch_factor: float = 0.0, draft_ms: float = 0.0) -> CostTable:
+    """Synthetic table: verify = 20 ms + per_token_ms * tokens * (1 + batch_factor * (batch - 1))."""
+    batches, contexts = [1, 8], [256, 4096]
+    verify = [[[20.0 + per_token_ms * t * (1 + batch_factor * (b - 1)) for t in TOKENS] for _ in contexts]
+              for b in batches]
+    draft = [[draft_ms * (1 + 0.1 * w) for w in (1, 16)] for _ in batches]
+    return CostTable({"device": "synthetic"}, batches, contexts, TOKENS, verify, batches, [1, 16], draft)
+
+
+# a typical drafter's best-first path probabilities for one sequence
+PROBS = [0.9, 0.8, 0.7, 0.55, 0.45, 0.4, 0.3, 0.25, 0.2, 0.15, 0.12, 0.1, 0.08, 0.06, 0.05]
+
+
+def test_flat_table_gives_a_wider_tree_than_a_steep_one():
+    flat = TreePlanner(table(0.05), budget=16, batch=1, context=256).best_size([PROBS], 0.0)
+    steep = TreePlanner(table(3.0), budget=16, batch=1, context=256).best_size([PROBS], 0.0)
+    assert flat.size == 15                      # nearly free tokens: fill the budget
+    assert 0 < steep.size < flat.size
+
+
+def test_larger_batches_get_smaller_trees():
+    t = table(0.6, batch_factor=1.0)
+    one = TreePlanner(t, budget=16, batch=1, context=256).best_size([PROBS], 0.0)
+    eight = TreePlanner(t, budget=16, batch=8, context=256).best_size([PROBS] * 8, 0.0)
+    assert eight.size < one.size
+
+
+def test_never_beyond_the_budget_and_zero_when_drafts_are_hopeless():
+    cheap = TreePlanner(table(0.01), budget=4, batch=1, context=256)
+    assert cheap.best_size([PROBS], 0.0).size == 3
+    costly = TreePlanner(table(5.0), budget=16, batch=1, context=256)
+    assert costly.best_size([[0.01, 0.005]], 0.0).size == 0
+
+
+def test_chosen_size_maximises_expected_speed():
+    planner = TreePlanner(table(1.0), budget=16, batch=1, context=256)
+    plan = planner.best_size([PROBS], 2.0)
+    speeds = [(1 + sum(PROBS[:n])) / (2.0 + planner.verify_ms(n + 1)) for n in range(16)]
+    assert plan.size == max(range(16), key=lambda n: speeds[n])
+
+
+def test_another_level_only_when_confident_and_cheap():
+    planner = TreePlanner(table(0.2, draft_ms=1.0), budget=16, batch=1, context=256)
+    assert planner.worth_another_level([[0.9, 0.8]], 1.0, [0.8], confidence=0.9, width=4)
+    assert not planner.worth_another_level([[0.9, 0.8]], 1.0, [0.01], confidence=0.1, width=4)
+    pricey = TreePlanner(table(0.2, draft_ms=200.0), budget=16, batch=1, context=256)
+    assert not pricey.worth_another_level([[0.9, 0.8]], 200.0, [0.8], confidence=0.9, width=4)
