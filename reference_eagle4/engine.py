@@ -26,6 +26,14 @@ class Request:
     id: str
     prompt_ids: list[int]
     meta: dict[str, Any] = field(default_factory=dict)
+    max_new_tokens: int | None = None        # this request's output cap (None: GenerationConfig's)
+
+
+# A request source passed to `Engine.generate` may yield PENDING to say "nothing waiting right now": the
+# scheduler keeps stepping the live sequences and asks again after the next step (a server feeds requests
+# as they arrive this way). With nothing live it asks again at once, so such a source should block briefly
+# before yielding PENDING. Yielding nothing more (StopIteration) still means "no more requests".
+PENDING: Any = object()
 
 
 @dataclass
@@ -67,6 +75,7 @@ class Engine:
         self.proposer = proposer
         self.config = config
         self.cache: KVCache = target.new_cache(config.concurrency, max_len)
+        proposer.bind(target)
         self.capture = proposer.capture
         self.device = target.embed.weight.device
 
@@ -80,7 +89,8 @@ class Engine:
             seq.output.append(tok)
             seq.tokens.append(tok)
             n += 1
-            if tok in self.config.eos_ids or len(seq.output) >= self.config.max_new_tokens:
+            cap = self.config.max_new_tokens if seq.request.max_new_tokens is None else seq.request.max_new_tokens
+            if tok in self.config.eos_ids or len(seq.output) >= cap:
                 seq.done = True
         return n
 
@@ -140,11 +150,17 @@ class Engine:
     @staticmethod
     def _step_record(tree: DraftTree, path: list[int], emitted: int) -> dict[str, int]:
         return {"emitted": emitted, "accepted": len(path) - 1, "drafted": len(tree) - 1,
-                "budget": len(tree), "depth": tree.depth}
+                "budget": len(tree), "depth": tree.depth, **tree.info}
 
     # -- the scheduler ---------------------------------------------------------------------------------
-    def generate(self, requests: Iterable[Request], on_done: Callable[[Sequence], None]) -> None:
-        """Decode every request, calling `on_done` as each finishes (in finishing order)."""
+    def generate(self, requests: Iterable[Request], on_done: Callable[[Sequence], None],
+                 on_progress: Callable[[Sequence], None] | None = None) -> None:
+        """Decode every request, calling `on_done` as each finishes (in finishing order).
+
+        `on_progress(seq)`, when given, is called after a sequence's prefill and after every step it took
+        part in (before `on_done`), so a caller can stream tokens as they are emitted. `requests` may yield
+        PENDING (see above).
+        """
         waiting = iter(requests)
         live: list[Sequence] = []
         exhausted = False
@@ -155,14 +171,23 @@ class Engine:
                     if req is None:
                         exhausted = True
                         break
+                    if req is PENDING:
+                        break
                     seq = self._admit(req, len(live))
+                    if on_progress is not None:
+                        on_progress(seq)
                     if seq.done:
                         self._finish(seq, on_done)
                     else:
                         live.append(seq)
                 if not live:
-                    return
+                    if exhausted:
+                        return
+                    continue
                 self._step(live)
+                if on_progress is not None:
+                    for seq in live:
+                        on_progress(seq)
                 finished = [s for s in live if s.done]
                 if finished:
                     live = [s for s in live if not s.done]

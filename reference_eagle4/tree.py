@@ -19,6 +19,7 @@ class DraftTree:
     parents: list[int]                       # parents[0] == -1
     depths: list[int] = field(default_factory=list)
     children: list[dict[int, int]] = field(default_factory=list)   # token -> child node, per node
+    info: dict[str, float] = field(default_factory=dict)   # proposer facts recorded with the step
 
     def __post_init__(self) -> None:
         if len(self.tokens) != len(self.parents) or not self.tokens or self.parents[0] != -1:

@@ -28,7 +28,7 @@ from specbench.runners.reference import ReferenceRunner, Settings
 
 # Settings that must match for `--resume` to append to an existing run.
 RESUME_KEYS = ("method", "budget", "concurrency", "max_new_tokens", "temperature", "top_p", "top_k", "seed",
-               "options", "dataset", "categories", "target", "dtype")
+               "options", "dataset", "categories", "target", "dtype", "engine")
 
 
 @dataclass
@@ -41,6 +41,8 @@ class Job:
     target: str = "smollm2-135m"
     dtype: str = "auto"
     threads: int | None = None
+    engine: str = "reference"                # reference | vllm | sglang (server engines: runners.openai_client)
+    endpoint: str | None = None              # a running server's URL (else the server runner launches one)
 
     def rows(self, seed: int) -> list[Row]:
         return load_rows(self.dataset, self.categories or None, self.limit, seed)
@@ -54,6 +56,25 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             pass
     return out
+
+
+def make_runner(job: Job) -> Any:
+    """The in-process reference engine, or a vLLM / SGLang server runner with the same interface."""
+    if job.engine == "reference":
+        if job.endpoint:
+            raise SpecbenchError("--endpoint is for server engines: add --engine vllm or --engine sglang")
+        return ReferenceRunner(job.target, job.dtype, job.threads)
+    from specbench.runners.openai_client import server_runner
+
+    return server_runner(job)
+
+
+def _engine_hook(runner: Any, name: str, *args: Any) -> None:
+    """Server runners bind run dirs (`start`) and write run-level engine counters (`finish`); the reference
+    runner has neither hook."""
+    hook = getattr(runner, name, None)
+    if hook is not None:
+        hook(*args)
 
 
 def new_run_id(settings: Settings) -> str:
@@ -149,6 +170,9 @@ def execute(runner: ReferenceRunner, job: Job, variants_settings: list[Settings]
         engine = runner.engine(settings, runner.max_len(requests, settings))
         meta = manifest(path.name, job, settings, runner, engine.proposer.config(), len(ids), compare_id)
         variants.append(Variant(settings, RunDir(path, meta, resume, ids), engine))
+        _engine_hook(runner, "start", engine, path)
+    if getattr(runner, "sequential_variants", False):
+        chunk = len(ids)                     # server engines: C requests in flight throughout, one server at a time
     total = sum(len(v.dir.todo) for v in variants)
     try:
         with progress_bar() as bar:
@@ -168,6 +192,7 @@ def execute(runner: ReferenceRunner, job: Job, variants_settings: list[Settings]
     finally:
         for v in variants:
             v.dir.writer.close()
+            _engine_hook(runner, "finish", v.engine, v.dir.path)
     return [v.dir.path for v in variants]
 
 
@@ -197,7 +222,7 @@ def run_one(job: Job, settings: Settings, out: Path | None, resume: bool) -> Pat
     if resume and out is None:
         raise SpecbenchError("--resume needs --out RUN_DIR (the run to continue)")
     path = out or Path("runs") / new_run_id(settings)
-    runner = ReferenceRunner(job.target, job.dtype, job.threads)
+    runner = make_runner(job)
     return execute(runner, job, [settings], [path], resume, None, chunk=max(1, settings.concurrency))[0]
 
 
@@ -210,7 +235,7 @@ def run_compare(job: Job, base: Settings, methods: list[str], budgets: list[int]
     if resume and not root.exists():
         raise SpecbenchError(f"--resume: {root} does not exist")
     compare_id = root.name
-    runner = ReferenceRunner(job.target, job.dtype, job.threads)
+    runner = make_runner(job)
     paths = []
     for c in concurrencies:
         variants = []

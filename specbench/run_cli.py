@@ -15,6 +15,9 @@ console = Console()
 
 DATASET_HELP = "Bundled name (prompt-enhancement, fireworks), a .jsonl/.parquet file, or hf:<repo_id>[:<split>]."
 OPTION_HELP = "Method option KEY=VALUE (repeatable), e.g. --option matches=3 for an n-gram tree."
+ENGINE_HELP = ("reference (in-process), vllm or sglang (a server: --endpoint URL, or launched for the run; "
+               "server options such as --option drafter=PATH --option tp=4: see specbench.runners.openai_client).")
+ENDPOINT_HELP = "URL of a running vLLM / SGLang / `specbench serve` server (with --engine vllm or sglang)."
 
 
 def parse_options(items: list[str]) -> dict[str, Any]:
@@ -71,6 +74,8 @@ def register(app: typer.Typer) -> None:
         dtype: str = typer.Option("auto", help="auto (bf16 where the CPU has native bf16, else fp32), float32, bfloat16."),
         threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: all)."),
         option: list[str] = typer.Option([], help=OPTION_HELP),
+        engine: str = typer.Option("reference", help=ENGINE_HELP),
+        endpoint: Optional[str] = typer.Option(None, help=ENDPOINT_HELP),
         out: Optional[Path] = typer.Option(None, help="Run directory (default runs/<time>-<method>-L<L>-C<C>)."),
         resume: bool = typer.Option(False, help="Continue the run in --out: keep its records, run the rest."),
         report: bool = typer.Option(True, help="Render RUN_DIR/report/ (leaderboard.md, index.html) at the end."),
@@ -82,11 +87,12 @@ def register(app: typer.Typer) -> None:
         from specbench.run import Job, run_one
         from specbench.runners.reference import Settings
 
-        job = Job(dataset, list(category), limit, target, dtype, threads)
+        job = Job(dataset, list(category), limit, target, dtype, threads, engine, endpoint)
         settings = Settings(method, budget, concurrency, max_new_tokens, temperature, top_p, top_k, seed,
                             parse_options(option))
         path = run_one(job, settings, out, resume)
         _finish([path], path / "report" if report else None)
+        _print_failures([path])
         console.print(f"run: {path}")
 
     @app.command()
@@ -104,6 +110,9 @@ def register(app: typer.Typer) -> None:
         dtype: str = typer.Option("auto", help="auto, float32 or bfloat16."),
         threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: all)."),
         chunk: Optional[int] = typer.Option(None, min=1, help="Requests per interleaving block (default 1 at C=1, 4C)."),
+        engine: str = typer.Option("reference", help="reference, vllm or sglang (server engines: one server per "
+                                                     "method, launched in turn; --option drafter=PATH, tp=N ...)."),
+        option: list[str] = typer.Option([], help=OPTION_HELP),
         out: Optional[Path] = typer.Option(None, help="Folder for the run dirs (default runs/compare-<time>)."),
         resume: bool = typer.Option(False, help="Continue the comparison in --out."),
         report: Optional[Path] = typer.Option(None, help="Report folder (default OUT/report)."),
@@ -115,14 +124,15 @@ def register(app: typer.Typer) -> None:
         from specbench.run import Job, run_compare
         from specbench.runners.reference import Settings
 
-        job = Job(dataset, list(category), limit, target, dtype, threads)
-        base = Settings("vanilla", 1, 1, max_new_tokens, temperature, seed=seed)
+        job = Job(dataset, list(category), limit, target, dtype, threads, engine)
+        base = Settings("vanilla", 1, 1, max_new_tokens, temperature, seed=seed, options=parse_options(option))
         names = [m.strip() for m in methods.split(",") if m.strip()]
         paths = run_compare(job, base, names, parse_ints("--budget", budget),
                             parse_ints("--concurrency", concurrency), out, resume, chunk)
         root = paths[0].parent
         _finish(paths, report or root / "report")
         _print_match_rates(paths)
+        _print_failures(paths)
         console.print(f"runs: {root}")
 
     @app.command("peers")
@@ -151,6 +161,17 @@ def register(app: typer.Typer) -> None:
 
         for name in names():
             console.print(name)
+
+
+def _print_failures(paths: list[Path]) -> None:
+    """Failed requests (server engines: refused, dropped or timed-out requests) and how to retry them."""
+    from specbench.records import read_records
+
+    for p in paths:
+        failed = [r for r in read_records(p) if r["status"] != "ok"]
+        if failed:
+            console.print(f"[yellow]{p}: {len(failed)} request(s) failed[/] (first: {failed[0]['error']}); "
+                          f"rerun the same command with --resume to retry them", highlight=False)
 
 
 def _print_match_rates(paths: list[Path]) -> None:

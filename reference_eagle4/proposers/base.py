@@ -41,6 +41,9 @@ class Proposer:
         """What the run manifest records about this proposer."""
         return {"name": self.name, "budget": self.budget}
 
+    def bind(self, target: Any) -> None:
+        """The engine hands over its target model (drafters share its embedding and lm_head)."""
+
     def begin(self, seq: "Sequence", hidden: list[Tensor]) -> None:
         """A sequence was prefilled; hidden[i] is [prompt_len, H] for capture[i]."""
 

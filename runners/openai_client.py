@@ -1,0 +1,588 @@
+"""Shared machinery of the server-engine adapters (vLLM, SGLang): launch or attach, stream, scrape, record.
+
+A server runner drives an engine behind HTTP with the same dataset rows and writes the same records as the
+reference runner (`specbench.records`), so one analysis compares engines. It plugs into `specbench.run`
+through the same duck-typed interface as `runners.reference.ReferenceRunner`
+(requests / max_len / engine / describe / run) plus two optional hooks that `run.execute` calls when
+present: `start(session, run_dir)` (before the first block: where the server log goes) and
+`finish(session, run_dir)` (after the last: run-level engine counters into the manifest).
+
+- Launch or attach. With `--endpoint URL` the runner talks to a running server. Without it, it builds the
+  engine's launch command for the method (`runners.vllm.launch_command`, `runners.sglang.launch_command`),
+  starts it as a subprocess whose output goes to `RUN_DIR/server.log`, waits for `GET /health`, and stops
+  it at the end (or when the next variant of a `compare` needs a different server). Variants run one after
+  another, each as a single block of all its requests (`sequential_variants`), so C requests stay in flight
+  continuously and one machine holds one server at a time.
+- Streaming. Requests go out at concurrency C from one asyncio loop (httpx), each timed on the client:
+  t_start when sent, TTFT at the first chunk carrying output, latency at the last such chunk.
+- Failures. A request that fails (refused connection, dropped stream, HTTP error, timeout) becomes a record
+  with status "failed" and the error; the run goes on, and `--resume` retries exactly those. A server that
+  answered before and is gone at the start of a block fails the block's requests at once.
+- Counters. The engine-specific subclass reads run-level counters (vLLM: `/metrics` deltas around the
+  block; SGLang: sums of per-request `meta_info`) and per-request step data where the server returns it.
+  Counters are server totals over the block: another client of the same server would be counted too, and a
+  request that failed half-way has its steps counted although its record is retried.
+
+Engine-specific options ride on `--option KEY=VALUE` (recorded in the manifest with the settings):
+`drafter=PATH` (draft checkpoint), `tp=N` (tensor parallel size), `port=N`, `max_model_len=N`,
+`server_args="..."` (extra launch arguments), `server_python=PATH` (interpreter that has the engine),
+`startup_timeout=S`, `request_timeout=S`, plus method options (`max_n`, `min_n`, `top_k`, `depth`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable, Iterable
+
+from specbench.dataset import Row, chat_messages
+from specbench.errors import SpecbenchError
+from specbench.records import read_manifest
+
+# Options consumed by the server runners themselves (the rest are method options).
+SERVER_OPTIONS = ("drafter", "tp", "port", "max_model_len", "server_args", "server_python", "startup_timeout",
+                  "request_timeout", "host")
+
+# vLLM's speculative-decoding counters (vllm/v1/spec_decode/metrics.py, SpecDecodingStats.observe_draft):
+# per step of a request that drafted k > 0 tokens of which a were accepted: num_drafts += 1,
+# num_draft_tokens += k, num_accepted_tokens += a (bonus token excluded), per_pos[i] += 1 for i < a.
+# Exposed on /metrics as counters `<name>_total`; per_pos carries a `position` label (0-based).
+VLLM_COUNTERS = {
+    "vllm:spec_decode_num_drafts": "num_drafts",
+    "vllm:spec_decode_num_draft_tokens": "num_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens": "num_accepted_tokens",
+}
+VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+
+def _need(module: str, extra: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise SpecbenchError(f"the {extra} runner needs the Python package {module.split('.')[0]}: "
+                             f"pip install 'specbench[{extra}]'") from None
+
+
+class EngineHTTPError(Exception):
+    """The server answered with an HTTP error or an error event."""
+
+
+# -- /metrics --------------------------------------------------------------------------------------------
+
+def parse_spec_counters(text: str) -> dict[str, Any] | None:
+    """vLLM's spec-decode counters from a Prometheus text exposition, summed over label sets (engines).
+
+    Parsed with prometheus_client's text parser. Returns None when the server exposes none of them (no
+    speculative decoding configured), else {"num_drafts", "num_draft_tokens", "num_accepted_tokens",
+    "num_accepted_tokens_per_pos": [per position 0..]}.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, Any] = {v: 0.0 for v in VLLM_COUNTERS.values()}
+    per_pos: dict[int, float] = {}
+    found = False
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name = sample.name
+            if name.endswith("_created"):
+                continue
+            base = name[: -len("_total")] if name.endswith("_total") else name
+            if base in VLLM_COUNTERS:
+                out[VLLM_COUNTERS[base]] += sample.value
+                found = True
+            elif base == VLLM_PER_POS:
+                pos = int(sample.labels.get("position", 0))
+                per_pos[pos] = per_pos.get(pos, 0.0) + sample.value
+                found = True
+    if not found:
+        return None
+    n = max(per_pos) + 1 if per_pos else 0
+    out["num_accepted_tokens_per_pos"] = [per_pos.get(i, 0.0) for i in range(n)]
+    return out
+
+
+def counter_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any] | None:
+    if after is None:
+        return None
+    before = before or {}
+    out = {k: after[k] - before.get(k, 0.0) for k in VLLM_COUNTERS.values()}
+    a, b = after["num_accepted_tokens_per_pos"], before.get("num_accepted_tokens_per_pos", [])
+    out["num_accepted_tokens_per_pos"] = [a[i] - (b[i] if i < len(b) else 0.0) for i in range(len(a))]
+    return out
+
+
+def add_counters(total: dict[str, Any] | None, delta: dict[str, Any]) -> dict[str, Any]:
+    if total is None:
+        return {k: (list(v) if isinstance(v, list) else v) for k, v in delta.items()}
+    out = dict(total)
+    for k, v in delta.items():
+        if isinstance(v, list):
+            old = list(out.get(k, []))
+            old += [0.0] * (len(v) - len(old))
+            out[k] = [x + (v[i] if i < len(v) else 0.0) for i, x in enumerate(old)]
+        else:
+            out[k] = out.get(k, 0.0) + v
+    return out
+
+
+def counters_summary(c: dict[str, Any]) -> dict[str, Any]:
+    """AL and per-position acceptance from vLLM-style counters (DESIGN.md §2 definitions).
+
+    AL = 1 + accepted / drafts (steps that drafted nothing are not counted, as in vLLM);
+    unconditional[i] = steps whose accepted path reached depth i+1 / drafts; conditional[i] = that over the
+    count at depth i (depth 0 = every drafting step).
+    """
+    drafts = c.get("num_drafts") or 0
+    per_pos = c.get("num_accepted_tokens_per_pos") or []
+    if not drafts:
+        return {"al": None, "acceptance_rate": None, "hit_rate_unconditional": [], "hit_rate_conditional": []}
+    prev = [drafts, *per_pos[:-1]]
+    return {
+        "al": 1.0 + c["num_accepted_tokens"] / drafts,
+        "acceptance_rate": c["num_accepted_tokens"] / c["num_draft_tokens"] if c.get("num_draft_tokens") else None,
+        "hit_rate_unconditional": [p / drafts for p in per_pos],
+        "hit_rate_conditional": [p / q if q else None for p, q in zip(per_pos, prev)],
+    }
+
+
+# -- steps from what a server reports ------------------------------------------------------------------
+
+def _step(accepted: int, drafted: int, depth: int | None = None) -> dict[str, int]:
+    return {"emitted": accepted + 1, "accepted": accepted, "drafted": drafted, "budget": drafted + 1,
+            "depth": drafted if depth is None else depth}
+
+
+def fit_steps(steps: list[dict[str, Any]], n_output: int) -> list[dict[str, Any]]:
+    """Make reconstructed steps add up to the output: sum(emitted) = n_output - 1 (the prefill token).
+
+    Servers report accepted drafts per drafting step; they do not say what EOS / max_tokens cut from the
+    last step, nor how many steps drafted nothing (vLLM omits those). A surplus is cut from the last step;
+    a shortfall becomes steps that drafted nothing and emitted one token each. Both are inferences: the
+    step count can be off by the size of the final cut when both happen in one request.
+    """
+    total = max(n_output - 1, 0)
+    emitted = sum(s["emitted"] for s in steps)
+    if emitted > total and steps:
+        cut = emitted - total
+        for s in reversed(steps):
+            take = min(cut, s["emitted"] - 1)
+            s["emitted"] -= take
+            cut -= take
+            if not cut:
+                break
+    elif emitted < total:
+        steps = steps + [_step(0, 0, 0) for _ in range(total - emitted)]
+    return steps
+
+
+def steps_from_per_step(accepted: list[int], drafted: list[int], n_output: int) -> list[dict[str, Any]]:
+    return fit_steps([_step(int(a), int(d)) for a, d in zip(accepted, drafted)], n_output)
+
+
+def steps_from_histogram(hist: list[int], drafted: int, n_output: int, depth: int | None = None,
+                         ) -> list[dict[str, Any]]:
+    """Steps from an acceptance histogram (index j: steps that accepted j drafts); their order is lost."""
+    steps = [_step(j, drafted, depth) for j, n in enumerate(hist) for _ in range(int(n))]
+    return fit_steps(steps, n_output)
+
+
+# -- requests and records --------------------------------------------------------------------------------
+
+@dataclass
+class ServerRequest:
+    """One row as a server request: chat messages (and token ids where the runner tokenizes itself)."""
+
+    id: str
+    messages: list[dict[str, str]]
+    meta: dict[str, Any] = field(default_factory=dict)
+    prompt_ids: list[int] | None = None
+
+
+@dataclass
+class Stream:
+    """What came back for one request, timed on the client."""
+
+    t_start: float
+    t_first: float = 0.0
+    t_last: float = 0.0
+    t_end: float = 0.0
+    text: list[str] = field(default_factory=list)
+    token_ids: list[int] | None = None
+    prompt_ids: list[int] | None = None
+    finish_reason: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def got_output(self, t: float) -> None:
+        if not self.t_first:
+            self.t_first = t
+        self.t_last = t
+
+
+def failed_record(req: ServerRequest, settings: Any, error: str, t_start: float, t_end: float | None = None,
+                  ) -> dict[str, Any]:
+    t_end = t_end or time.time()
+    return {
+        "question_id": req.id, "category": req.meta.get("category", ""), "method": settings.method,
+        "concurrency": settings.concurrency, "status": "failed", "error": error,
+        "prompt_token_ids": req.prompt_ids or [], "output_token_ids": [], "output_text": "", "steps": [],
+        "mean_entropy": None, "t_start": t_start, "t_end": t_end, "ttft_s": 0.0, "latency_s": t_end - t_start,
+    }
+
+
+async def sse_events(client: Any, url: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    """POST `body` and yield each `data:` JSON event of the server-sent stream until [DONE]."""
+    async with client.stream("POST", url, json=body) as resp:
+        if resp.status_code != 200:
+            raw = (await resp.aread()).decode("utf-8", "replace")
+            raise EngineHTTPError(f"HTTP {resp.status_code}: {' '.join(raw.split())[:300]}")
+        async for line in resp.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[len("data:"):].strip()
+            if data == "[DONE]":
+                return
+            event = json.loads(data)
+            if isinstance(event, dict) and ("error" in event and "choices" not in event
+                                            or event.get("object") == "error"):
+                err = event.get("error", event)
+                raise EngineHTTPError(str(err.get("message", err) if isinstance(err, dict) else err))
+            yield event
+    raise EngineHTTPError("the stream ended without [DONE]")
+
+
+def describe_error(err: BaseException) -> str:
+    text = str(err) or type(err).__name__
+    return f"{type(err).__name__}: {text}" if not isinstance(err, EngineHTTPError) else text
+
+
+# -- sessions ----------------------------------------------------------------------------------------------
+
+class MethodConfig:
+    """What `run.manifest` records as `method_config` (the engine-side speculative configuration)."""
+
+    def __init__(self, config: dict[str, Any]):
+        self._config = config
+
+    def config(self) -> dict[str, Any]:
+        return dict(self._config)
+
+
+@dataclass
+class Session:
+    """One (method, budget, concurrency) on a server: its launch command, counters, run directory."""
+
+    settings: Any
+    command: list[str] | None              # launch command (None when attached to --endpoint)
+    method_config: dict[str, Any]
+    run_dir: Path | None = None
+    counters: dict[str, Any] | None = None
+    counters_incomplete: bool = False
+    blocks: int = 0
+
+    @property
+    def proposer(self) -> MethodConfig:         # run.execute reads engine.proposer.config()
+        return MethodConfig(self.method_config)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+_PLACEHOLDER = re.compile(r"\$[A-Z_][A-Z0-9_]*")
+
+
+def shell_join(argv: Iterable[str]) -> str:
+    """shlex.join, except that arguments holding $PLACEHOLDERS are double-quoted so the shell expands them
+    (presets print commands with $TARGET / $DRAFTER for the user to set)."""
+    out = []
+    for a in argv:
+        if _PLACEHOLDER.search(a):
+            out.append('"' + a.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`") + '"')
+        else:
+            out.append(shlex.quote(a))
+    return " ".join(out)
+
+
+class ServerRunner:
+    """Base of the vLLM and SGLang runners; subclasses supply the launch command and the request protocol."""
+
+    engine_name = ""
+    extra = ""                                 # the pyproject extra that installs what this runner needs
+    health_path = "/health"
+
+    def __init__(self, target: str, dtype: str = "auto", endpoint: str | None = None, threads: int | None = None):
+        self.httpx = _need("httpx", self.extra)
+        self.target_spec = target
+        self.dtype_name = dtype
+        endpoint = endpoint.rstrip("/") if endpoint else None
+        if endpoint and endpoint.endswith("/v1"):   # an OpenAI client's base_url: the server root is above it
+            endpoint = endpoint[: -len("/v1")]
+        self.endpoint = endpoint
+        self._proc: subprocess.Popen | None = None
+        self._proc_cmd: list[str] | None = None
+        self._proc_log: Any = None
+        self._base: str | None = self.endpoint
+        self._healthy_once = False
+        self._model_name: str | None = None
+
+    # -- the run.execute interface --------------------------------------------------------------------
+    # run.execute gives each variant all its requests as one block: the server sees C requests in flight
+    # continuously (no drain at block ends), and a comparison's variants run one after another (one
+    # launched server at a time).
+    sequential_variants = True
+
+    def requests(self, rows: Iterable[Row]) -> list[ServerRequest]:
+        return [ServerRequest(r.question_id, chat_messages(r), {"category": r.category}) for r in rows]
+
+    def max_len(self, requests: list[ServerRequest], settings: Any) -> int:
+        return 0                                # the server sizes its own KV cache
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine_name,
+            "target": self.target_spec,
+            "dtype": self.dtype_name,
+            "endpoint": self.endpoint,
+            "device": f"server: {self.endpoint}" if self.endpoint else "server launched by specbench",
+        }
+
+    def engine(self, settings: Any, max_len: int) -> Session:
+        config = self.method_config(settings)
+        command = None if self.endpoint else self.launch_command(settings)
+        if command:
+            config = {**config, "launch_command": shell_join(command)}
+        return Session(settings, command, config)
+
+    def start(self, session: Session, run_dir: Path) -> None:
+        session.run_dir = run_dir
+
+    def run(self, session: Session, requests: list[ServerRequest], settings: Any,
+            on_record: Callable[[dict[str, Any]], None]) -> None:
+        base = self._ensure_server(session)
+        if base is None:
+            now = time.time()
+            for req in requests:
+                on_record(failed_record(req, settings, f"server unreachable at {self._base}", now, now))
+            return
+        self.prepare(requests)
+        session.blocks += 1
+        asyncio.run(self._drive(base, session, requests, settings, on_record))
+
+    def finish(self, session: Session, run_dir: Path) -> None:
+        """Run-level counters into the manifest (added to those of earlier sessions when resumed)."""
+        self.stop_server()
+        if session.counters is None and not session.counters_incomplete:
+            return
+        path = run_dir / "manifest.json"
+        meta = read_manifest(run_dir)
+        old = meta.get("engine_counters", {}).get("counters")
+        total = add_counters(old, session.counters) if old and session.counters else (session.counters or old)
+        meta["engine_counters"] = {
+            "source": self.counters_source,
+            "counters": total,
+            "summary": self.summarize_counters(total) if total else None,
+            "incomplete": bool(session.counters_incomplete or meta.get("engine_counters", {}).get("incomplete")),
+        }
+        path.write_text(json.dumps(meta, indent=2) + "\n")
+
+    # -- subclass hooks --------------------------------------------------------------------------------
+    counters_source = ""
+
+    def method_config(self, settings: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def launch_command(self, settings: Any) -> list[str]:
+        raise NotImplementedError
+
+    def prepare(self, requests: list[ServerRequest]) -> None:
+        """Per block, before sending (e.g. tokenize prompts)."""
+
+    async def before_block(self, client: Any, base: str, session: Session) -> Any:
+        return None
+
+    async def after_block(self, client: Any, base: str, session: Session, state: Any,
+                          records: list[dict[str, Any]]) -> None:
+        return None
+
+    async def one(self, client: Any, base: str, session: Session, req: ServerRequest) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def summarize_counters(self, counters: dict[str, Any]) -> dict[str, Any]:
+        return counters_summary(counters)
+
+    # -- server lifecycle ------------------------------------------------------------------------------
+    def _options(self, settings: Any) -> dict[str, Any]:
+        return dict(settings.options or {})
+
+    def _ensure_server(self, session: Session) -> str | None:
+        """Base URL of a healthy server for this session; None when a server that answered before is gone."""
+        opts = self._options(session.settings)
+        if self.endpoint is None and (self._proc is None or self._proc_cmd != session.command
+                                      or self._proc.poll() is not None):
+            self._launch(session, float(opts.get("startup_timeout", 1800)))
+            return self._base
+        if self._healthy_once:
+            return self._base if self._probe(self._base, 5.0) else None
+        timeout = float(opts.get("startup_timeout", 60))
+        if not self._wait_healthy(self._base, timeout):
+            raise SpecbenchError(f"no healthy {self.engine_name} server at {self._base} after {timeout:.0f} s "
+                                 f"(GET {self.health_path}); start it first, or leave out --endpoint to launch one")
+        self._healthy_once = True
+        self.check_server(self._base, session)
+        return self._base
+
+    def check_server(self, base: str, session: Session) -> None:
+        """Attach mode: learn the served model name and refuse a server that serves something else."""
+
+    def _probe(self, base: str, timeout: float) -> bool:
+        try:
+            return self.httpx.get(base + self.health_path, timeout=timeout).status_code == 200
+        except self.httpx.HTTPError:
+            return False
+
+    def _wait_healthy(self, base: str, timeout: float, proc: subprocess.Popen | None = None) -> bool:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self._probe(base, 5.0):
+                return True
+            if proc is not None and proc.poll() is not None:
+                return False
+            time.sleep(0.5)
+        return False
+
+    def _launch(self, session: Session, timeout: float) -> None:
+        self.stop_server()
+        cmd = list(session.command or [])
+        host, port = self._host_port(cmd)
+        log_path = (session.run_dir or Path(".")) / "server.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._proc_log = log_path.open("ab")
+        self._proc_log.write(f"$ {shell_join(cmd)}\n".encode())
+        self._proc_log.flush()
+        try:
+            self._proc = subprocess.Popen(cmd, stdout=self._proc_log, stderr=subprocess.STDOUT,
+                                          start_new_session=True)
+        except OSError as err:
+            raise SpecbenchError(f"cannot start the {self.engine_name} server ({cmd[0]}): {err}") from None
+        self._proc_cmd = session.command
+        atexit.register(self.stop_server)       # never leave a launched server behind (it has its own session)
+        self._base = f"http://{host}:{port}"
+        if not self._wait_healthy(self._base, timeout, self._proc):
+            tail = log_path.read_text(errors="replace")[-2000:]
+            self.stop_server()
+            raise SpecbenchError(f"the {self.engine_name} server did not become healthy within {timeout:.0f} s; "
+                                 f"last lines of {log_path}:\n{tail}")
+        self._healthy_once = True
+        self.check_server(self._base, session)
+
+    @staticmethod
+    def _host_port(cmd: list[str]) -> tuple[str, str]:
+        host, port = "127.0.0.1", "8000"
+        for flag, value in zip(cmd, cmd[1:]):
+            if flag == "--host":
+                host = value
+            elif flag == "--port":
+                port = value
+        return ("127.0.0.1" if host in ("0.0.0.0", "::") else host), port
+
+    def stop_server(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    proc.kill()
+                proc.wait(timeout=30)
+        if self._proc_log is not None:
+            self._proc_log.close()
+            self._proc_log = None
+        self._proc_cmd = None
+        if self.endpoint is None:
+            self._healthy_once = False
+
+    # -- one block of requests -------------------------------------------------------------------------
+    async def _drive(self, base: str, session: Session, requests: list[ServerRequest], settings: Any,
+                     on_record: Callable[[dict[str, Any]], None]) -> None:
+        opts = self._options(settings)
+        timeout = self.httpx.Timeout(float(opts.get("request_timeout", 600)), connect=10.0)
+        limits = self.httpx.Limits(max_connections=settings.concurrency + 2,
+                                   max_keepalive_connections=settings.concurrency + 2)
+        sem = asyncio.Semaphore(settings.concurrency)
+        async with self.httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+            state = await self.before_block(client, base, session)
+
+            async def guarded(req: ServerRequest) -> dict[str, Any]:
+                async with sem:
+                    t0 = time.time()
+                    try:
+                        return await self.one(client, base, session, req)
+                    except (self.httpx.HTTPError, EngineHTTPError, OSError, ValueError, KeyError) as err:
+                        return failed_record(req, settings, describe_error(err), t0)
+
+            records = []
+            for fut in asyncio.as_completed([guarded(r) for r in requests]):
+                rec = await fut
+                records.append(rec)
+                on_record(rec)
+            await self.after_block(client, base, session, state, records)
+
+
+def server_runner(job: Any) -> ServerRunner:
+    """The runner for `--engine vllm|sglang` (specbench.run calls this for every engine but the reference)."""
+    if job.engine == "vllm":
+        from specbench.runners.vllm import VllmRunner
+
+        return VllmRunner(job.target, job.dtype, job.endpoint, job.threads)
+    if job.engine == "sglang":
+        from specbench.runners.sglang import SglangRunner
+
+        return SglangRunner(job.target, job.dtype, job.endpoint, job.threads)
+    raise SpecbenchError(f"--engine must be reference, vllm or sglang, got {job.engine!r}")
+
+
+def local_target_folder(spec: str) -> Path | None:
+    """A HF folder for the target when specbench can resolve it locally (known name, .gguf, folder)."""
+    from reference_eagle4.weights import WeightsError, resolve_target
+
+    try:
+        return resolve_target(spec)
+    except WeightsError:
+        return None
+
+
+def load_tokenizer(spec: str) -> Any:
+    """The target's tokenizer: from the local folder specbench resolves, else `spec` as a Hub id."""
+    from transformers import AutoTokenizer
+
+    folder = local_target_folder(spec)
+    try:
+        return AutoTokenizer.from_pretrained(str(folder) if folder else spec)
+    except (OSError, ValueError) as err:
+        raise SpecbenchError(f"cannot load the tokenizer of target {spec!r}: {err}") from None
+
+
+def python_for(options: dict[str, Any]) -> str:
+    return str(options.get("server_python") or sys.executable)

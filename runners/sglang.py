@@ -1,0 +1,260 @@
+"""Adapter for SGLang: launch command per method, the native streaming /generate endpoint, and the
+per-request speculative statistics SGLang puts in `meta_info`.
+
+Launch command (`launch_command`): `python -m sglang.launch_server --model-path TARGET --tp N` plus, per method
+(python/sglang/srt/server_args.py; `--speculative-num-draft-tokens` counts the root, so it is budget L itself):
+
+    vanilla        nothing
+    ngram          --speculative-algorithm NGRAM --speculative-num-draft-tokens L
+                   [--speculative-ngram-max-bfs-breadth 1: a chain, like the reference `ngram`]
+    eagle3, eagle4-chain
+                   --speculative-algorithm EAGLE3 --speculative-draft-model-path DRAFTER
+                   --speculative-num-steps L-1 --speculative-eagle-topk 1 --speculative-num-draft-tokens L
+    eagle4-tree    the same with --speculative-eagle-topk min(8, L-1) and --speculative-num-steps L-1 (the
+                   reference eagle4-tree's EAGLE-2 defaults; --option top_k / depth override them)
+    dflash         --speculative-algorithm DFLASH --speculative-draft-model-path DRAFTER
+                   --speculative-dflash-block-size L --speculative-num-draft-tokens L (SGLang requires equal)
+    dspark         --speculative-algorithm DSPARK --speculative-draft-model-path DRAFTER
+                   --speculative-num-draft-tokens L
+
+Requests go to POST /generate with the chat template applied here (`input_ids`, so prompt tokens are exact),
+`sampling_params` and `stream: true`. Each streamed event holds `output_ids` (the whole output so far, or
+only the new ids when the server runs with --incremental-streaming-output; both are handled) and
+`meta_info`; the final event's `meta_info` carries (python/sglang/srt/managers/tokenizer_manager.py,
+`_calculate_spec_decoding_metrics`): `completion_tokens`, `spec_verify_ct` (verification steps),
+`spec_num_correct_drafts` (older: `spec_accept_token_num`, `spec_accepted_drafts`), the proposed-draft count
+(`spec_num_proposed_drafts`, older `spec_draft_token_num`), and `spec_accept_histogram` (newer alias
+`spec_correct_drafts_histogram`): index j = steps that accepted exactly j drafts. The histogram becomes the
+record's steps (order lost; `fit_steps` reconciles them with the output length); the sums over requests are
+the run-level counters in the manifest (`engine_counters`), with AL = 1 + accepted / verify steps.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from typing import Any
+
+from specbench.errors import SpecbenchError
+from specbench.runners.openai_client import (
+    ServerRequest, ServerRunner, Session, Stream, add_counters, free_port, load_tokenizer, local_target_folder,
+    python_for, sse_events, steps_from_histogram,
+)
+
+ENGINE = "sglang"
+DRAFTER_ALGOS = {"eagle3": "EAGLE3", "eagle4-chain": "EAGLE3", "eagle4-tree": "EAGLE3", "dflash": "DFLASH",
+                 "dspark": "DSPARK"}
+METHODS = ("vanilla", "ngram", *DRAFTER_ALGOS)
+
+ACCEPTED_KEYS = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
+PROPOSED_KEYS = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
+HISTOGRAM_KEYS = ("spec_accept_histogram", "spec_correct_drafts_histogram")
+
+
+def tree_shape(method: str, budget: int, options: dict[str, Any] | None = None) -> tuple[int, int]:
+    """(topk, num_steps) of the EAGLE draft for a method at budget L."""
+    options = options or {}
+    n = budget - 1
+    if method == "eagle4-tree":
+        topk = int(options.get("top_k", min(8, n)))
+        return max(1, topk), max(1, int(options.get("depth", n)))
+    return 1, n
+
+
+def spec_args(method: str, budget: int, drafter: str | None = None, options: dict[str, Any] | None = None,
+              ) -> list[str]:
+    """SGLang's speculative flags for a specbench method at budget L (empty for vanilla)."""
+    options = options or {}
+    if method == "vanilla":
+        return []
+    if budget < 2:
+        raise SpecbenchError(f"--method {method} needs --budget >= 2 (L = drafted tokens + 1)")
+    L = str(budget)
+    if method == "ngram":
+        args = ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", L]
+        return args + (["--speculative-ngram-max-bfs-breadth", "1"] if int(options.get("matches", 1)) == 1 else [])
+    if method not in DRAFTER_ALGOS:
+        raise SpecbenchError(f"--method {method!r} does not run on SGLang (choose from {', '.join(METHODS)})")
+    if not drafter:
+        raise SpecbenchError(f"--method {method} on SGLang needs the draft checkpoint: --option drafter=PATH")
+    algo = DRAFTER_ALGOS[method]
+    args = ["--speculative-algorithm", algo, "--speculative-draft-model-path", str(drafter)]
+    if algo == "EAGLE3":
+        topk, steps = tree_shape(method, budget, options)
+        return args + ["--speculative-num-steps", str(steps), "--speculative-eagle-topk", str(topk),
+                       "--speculative-num-draft-tokens", L]
+    if algo == "DFLASH":
+        return args + ["--speculative-dflash-block-size", L, "--speculative-num-draft-tokens", L]
+    return args + ["--speculative-num-draft-tokens", L]
+
+
+def launch_command(target: str, method: str, budget: int, *, tp: int = 1, drafter: str | None = None,
+                   host: str = "127.0.0.1", port: int = 30000, dtype: str = "auto",
+                   max_model_len: int | None = None, python: str = "python",
+                   extra: list[str] | tuple[str, ...] = (), options: dict[str, Any] | None = None) -> list[str]:
+    """The SGLang server command for one method (argv list)."""
+    cmd = [python, "-m", "sglang.launch_server", "--model-path", str(target), "--host", host, "--port", str(port),
+           "--tp", str(tp), "--dtype", dtype]
+    if max_model_len:
+        cmd += ["--context-length", str(max_model_len)]
+    return cmd + spec_args(method, budget, drafter, options) + list(extra)
+
+
+def _first(meta: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    for k in keys:
+        if meta.get(k) is not None:
+            return meta[k]
+    return None
+
+
+def parse_meta_info(meta: dict[str, Any], budget: int, n_output: int, method: str = "eagle3",
+                    options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Steps and counters from one request's final `meta_info`.
+
+    Returns {"steps", "steps_source", "counters"} where counters = {"verify_steps", "accepted_drafts",
+    "proposed_drafts", "accept_histogram", "completion_tokens"} (None when the server gave no spec stats).
+    """
+    hist = _first(meta, HISTOGRAM_KEYS)
+    verify = meta.get("spec_verify_ct")
+    accepted = _first(meta, ACCEPTED_KEYS)
+    proposed = _first(meta, PROPOSED_KEYS)
+    completion = int(meta.get("completion_tokens", n_output))
+    topk, depth = tree_shape(method, budget, options)
+    drafted = budget - 1
+    if hist:
+        steps, source = steps_from_histogram([int(x) for x in hist], drafted, n_output, depth), "histogram"
+        if accepted is None:
+            accepted = sum(j * int(n) for j, n in enumerate(hist))
+        if verify is None:
+            verify = sum(int(n) for n in hist)
+    else:
+        steps, source = [], "none"
+    counters = None
+    if verify:
+        counters = {"verify_steps": int(verify), "accepted_drafts": int(accepted or 0),
+                    "proposed_drafts": int(proposed if proposed is not None else int(verify) * drafted),
+                    "accept_histogram": [int(x) for x in (hist or [])], "completion_tokens": completion,
+                    "requests": 1}
+    return {"steps": steps, "steps_source": source, "counters": counters}
+
+
+def sglang_summary(c: dict[str, Any]) -> dict[str, Any]:
+    """AL = 1 + accepted / verify steps; per-position rates from the summed histogram (DESIGN.md §2)."""
+    steps = c.get("verify_steps") or 0
+    hist = c.get("accept_histogram") or []
+    if not steps:
+        return {"al": None, "acceptance_rate": None, "hit_rate_unconditional": [], "hit_rate_conditional": []}
+    reach = [sum(hist[j:]) for j in range(1, len(hist))]          # steps reaching depth j
+    prev = [sum(hist), *reach[:-1]]
+    return {
+        "al": 1.0 + c["accepted_drafts"] / steps,
+        "acceptance_rate": c["accepted_drafts"] / c["proposed_drafts"] if c.get("proposed_drafts") else None,
+        "al_sglang": c["completion_tokens"] / steps,               # SGLang's spec_accept_length (prefill token in)
+        "hit_rate_unconditional": [r / steps for r in reach],
+        "hit_rate_conditional": [r / p if p else None for r, p in zip(reach, prev)],
+    }
+
+
+class SglangRunner(ServerRunner):
+    engine_name = ENGINE
+    extra = "sglang"
+    counters_source = "SGLang meta_info: spec_verify_ct, accepted drafts and spec_accept_histogram summed over requests"
+
+    def __init__(self, target: str, dtype: str = "auto", endpoint: str | None = None, threads: int | None = None):
+        super().__init__(target, dtype, endpoint, threads)
+        self._tokenizer: Any = None
+
+    def method_config(self, settings: Any) -> dict[str, Any]:
+        opts = self._options(settings)
+        return {"name": settings.method, "budget": settings.budget, "engine": ENGINE,
+                "speculative_args": spec_args(settings.method, settings.budget, opts.get("drafter"), opts),
+                "tensor_parallel_size": int(opts.get("tp", 1))}
+
+    def launch_command(self, settings: Any) -> list[str]:
+        opts = self._options(settings)
+        folder = local_target_folder(self.target_spec)
+        return launch_command(
+            str(folder or self.target_spec), settings.method, settings.budget, tp=int(opts.get("tp", 1)),
+            drafter=opts.get("drafter"), host=str(opts.get("host", "127.0.0.1")),
+            port=int(opts.get("port") or free_port()), dtype=self.dtype_name, max_model_len=opts.get("max_model_len"),
+            python=python_for(opts), extra=shlex.split(str(opts.get("server_args", ""))), options=opts)
+
+    def check_server(self, base: str, session: Session) -> None:
+        """Refuse a server whose draft width differs from --budget (when it reports one)."""
+        try:
+            resp = self.httpx.get(base + "/get_server_info", timeout=30)
+            info = resp.json() if resp.status_code == 200 else {}
+        except (self.httpx.HTTPError, ValueError):
+            info = {}
+        width = info.get("speculative_num_draft_tokens")
+        s = session.settings
+        if s.method != "vanilla" and width is not None and int(width) != s.budget:
+            raise SpecbenchError(f"{base} verifies {width} tokens per step (speculative_num_draft_tokens), "
+                                 f"but this run has --budget {s.budget}")
+
+    def prepare(self, requests: list[ServerRequest]) -> None:
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.target_spec)
+        for r in requests:
+            if r.prompt_ids is None:
+                r.prompt_ids = list(self._tokenizer.apply_chat_template(
+                    r.messages, add_generation_prompt=True, tokenize=True, return_dict=False))
+
+    def _body(self, req: ServerRequest, settings: Any) -> dict[str, Any]:
+        sampling: dict[str, Any] = {"max_new_tokens": settings.max_new_tokens, "temperature": settings.temperature,
+                                    "top_p": settings.top_p}
+        if settings.top_k:
+            sampling["top_k"] = settings.top_k
+        return {"input_ids": req.prompt_ids, "sampling_params": sampling, "stream": True}
+
+    async def one(self, client: Any, base: str, session: Session, req: ServerRequest) -> dict[str, Any]:
+        settings = session.settings
+        st = Stream(t_start=time.time())
+        ids: list[int] = []
+        meta: dict[str, Any] = {}
+        async for event in sse_events(client, base + "/generate", self._body(req, settings)):
+            t = time.time()
+            meta = event.get("meta_info") or meta
+            new = list(event.get("output_ids") or [])
+            total = meta.get("completion_tokens")
+            if total is not None and len(new) == int(total) and len(new) >= len(ids):
+                grew = len(new) > len(ids)
+                ids = new                                   # cumulative output_ids (the default)
+            else:
+                grew = bool(new)
+                ids = ids + new                             # --incremental-streaming-output
+            if grew:
+                st.got_output(t)
+        st.t_end = time.time()
+        parsed = parse_meta_info(meta, settings.budget, len(ids), settings.method, self._options(settings))
+        st.extra = {"meta": meta, "parsed": parsed}
+        rec = self.record(req, settings, st, ids)
+        return rec
+
+    def record(self, req: ServerRequest, settings: Any, st: Stream, ids: list[int]) -> dict[str, Any]:
+        meta, parsed = st.extra["meta"], st.extra["parsed"]
+        finish = meta.get("finish_reason")
+        t_first = st.t_first or st.t_end
+        spec = {k: meta[k] for k in meta if k.startswith("spec_")}
+        return {
+            "question_id": req.id, "category": req.meta.get("category", ""), "method": settings.method,
+            "concurrency": settings.concurrency, "status": "ok", "error": "",
+            "prompt_token_ids": req.prompt_ids or [], "output_token_ids": ids,
+            "output_text": self._tokenizer.decode(ids, skip_special_tokens=True) if self._tokenizer else "",
+            "steps": parsed["steps"], "mean_entropy": None,
+            "t_start": st.t_start, "t_end": st.t_end, "ttft_s": t_first - st.t_start,
+            "latency_s": (st.t_last or st.t_end) - st.t_start,
+            "steps_source": parsed["steps_source"],
+            "finish_reason": finish.get("type") if isinstance(finish, dict) else finish,
+            "engine_spec": spec, "spec_counters": parsed["counters"],
+        }
+
+    async def after_block(self, client: Any, base: str, session: Session, state: Any,
+                          records: list[dict[str, Any]]) -> None:
+        for rec in records:
+            c = rec.get("spec_counters")
+            if rec["status"] == "ok" and c:
+                session.counters = add_counters(session.counters, c)
+
+    def summarize_counters(self, counters: dict[str, Any]) -> dict[str, Any]:
+        return sglang_summary(counters)

@@ -1,0 +1,125 @@
+"""`specbench engines ...` (server presets for vLLM / SGLang) and `specbench export-eagle3`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from specbench.errors import SpecbenchError
+
+console = Console(soft_wrap=True, highlight=False)
+app = typer.Typer(help="Launch commands for vLLM / SGLang servers and the specbench runs against them.",
+                  no_args_is_help=True)
+
+DRAFTER_METHODS = ("eagle3", "eagle4-chain", "eagle4-tree", "dflash", "dspark", "draft_model")
+
+
+@dataclass(frozen=True)
+class Preset:
+    description: str
+    tp: int
+    dtype: str
+    host: str
+    concurrency: tuple[int, ...]
+
+
+# The seed analysis: B300 GPUs, tensor parallel 4, concurrency 1 and 8, tree L=8 vs chain N=7 (DESIGN.md §2, §6).
+PRESETS = {
+    "b300-tp4": Preset("4x NVIDIA B300, tensor parallel 4", tp=4, dtype="bfloat16", host="0.0.0.0",
+                       concurrency=(1, 8)),
+}
+PORTS = {"vllm": 8000, "sglang": 30000}
+
+
+def preset_commands(preset: str, engine: str, method: str, budget: int = 8, target: str = "$TARGET",
+                    drafter: str | None = None, dataset: str = "prompt-enhancement") -> tuple[str, list[str]]:
+    """(server launch command, specbench run commands) of a preset, as shell lines."""
+    from specbench.runners.openai_client import shell_join
+
+    if preset not in PRESETS:
+        raise SpecbenchError(f"unknown preset {preset!r} (have: {', '.join(PRESETS)})")
+    p = PRESETS[preset]
+    if method in DRAFTER_METHODS and drafter is None:
+        drafter = "$DRAFTER"
+    port = PORTS.get(engine)
+    if engine == "vllm":
+        from specbench.runners.vllm import launch_command
+    elif engine == "sglang":
+        from specbench.runners.sglang import launch_command
+    else:
+        raise SpecbenchError(f"--engine must be vllm or sglang, got {engine!r}")
+    server = launch_command(target, method, budget, tp=p.tp, drafter=drafter, host=p.host, port=port,
+                            dtype=p.dtype)
+    runs = []
+    for c in p.concurrency:
+        argv = ["specbench", "run", "--engine", engine, "--endpoint", f"http://127.0.0.1:{port}", "--target", target,
+                "--method", method, "--budget", str(budget), "--concurrency", str(c), "--dataset", dataset,
+                "--dtype", p.dtype]
+        if drafter:
+            argv += ["--option", f"drafter={drafter}"]
+        argv += ["--out", f"runs/{preset}-{engine}-{method}-L{budget}-C{c}"]
+        runs.append(shell_join(argv))
+    return shell_join(server), runs
+
+
+@app.command("preset")
+def preset_cmd(
+    name: str = typer.Argument(..., help=f"Preset: {', '.join(PRESETS)}."),
+    engine: str = typer.Option(..., help="vllm or sglang."),
+    method: str = typer.Option(..., help="vanilla, ngram, eagle3 / eagle4-chain, eagle4-tree (sglang), dflash, "
+                                         "dspark, draft_model (vllm)."),
+    budget: int = typer.Option(8, min=1, help="Budget L (vLLM num_speculative_tokens = L-1; SGLang "
+                                              "num-draft-tokens = L)."),
+    drafter: Optional[str] = typer.Option(None, help="Draft checkpoint (default: the placeholder $DRAFTER)."),
+    target: str = typer.Option("$TARGET", help="Target model (HF id or folder; default: the placeholder $TARGET)."),
+    dataset: str = typer.Option("prompt-enhancement", help="Dataset for the run commands."),
+) -> None:
+    """Print the server launch command and the specbench runs (one per concurrency) of a preset.
+
+    Example: specbench engines preset b300-tp4 --engine vllm --method eagle3 --drafter /ckpt/eagle3
+    """
+    server, runs = preset_commands(name, engine, method, budget, target, drafter, dataset)
+    p = PRESETS[name]
+    console.print(f"# {engine} on {p.description}: {method}, L={budget}")
+    console.print("# 1. start the server and leave it running (it is ready when GET /health answers 200):")
+    console.print(server)
+    console.print("# 2. run the benchmark against it:")
+    for line in runs:
+        console.print(line)
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="engines")
+
+    @root.command("export-eagle3")
+    def export_eagle3_cmd(
+        drafter_dir: Path = typer.Argument(..., help="EAGLE-4 drafter folder (config.json + model.safetensors)."),
+        out: Path = typer.Option(..., help="Folder to write the EAGLE-3 checkpoint to."),
+        target: str = typer.Option("smollm2-135m", help="The drafter's target (its lm_head becomes the full head)."),
+        dtype: str = typer.Option("bfloat16", help="bfloat16, float16 or float32."),
+    ) -> None:
+        """Export an EAGLE-4 drafter as an EAGLE-3 checkpoint for vLLM (method eagle3) and SGLang (EAGLE3):
+        no sliding window, full head.
+
+        Example: specbench export-eagle3 reference_eagle4/drafters/smollm2-135m-eagle4 --out runs/eagle3-export
+        """
+        from reference_eagle4.export import DTYPES, export_eagle3
+        from reference_eagle4.weights import WeightsError, resolve_target
+
+        if dtype not in DTYPES:
+            raise SpecbenchError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        try:
+            folder = resolve_target(target)
+        except WeightsError as err:
+            raise SpecbenchError(str(err)) from None
+        try:
+            path = export_eagle3(drafter_dir, out, folder, dtype)
+        except (FileNotFoundError, ValueError, KeyError) as err:
+            raise SpecbenchError(f"{drafter_dir}: {err}") from None
+        console.print(f"EAGLE-3 checkpoint: {path}  (vLLM: --speculative-config '{{\"method\": \"eagle3\", "
+                      f"\"model\": \"{path}\", \"num_speculative_tokens\": N}}'; SGLang: --speculative-algorithm "
+                      f"EAGLE3 --speculative-draft-model-path {path})")

@@ -1,0 +1,62 @@
+"""`specbench serve`: the CLI face of specbench.serve (the reference engine behind an OpenAI-compatible API)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from specbench.errors import SpecbenchError
+
+console = Console(stderr=True)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def serve(
+        method: str = typer.Option("ngram", help="Method the engine runs (see `specbench methods`)."),
+        budget: int = typer.Option(8, min=1, help="Budget L: tokens verified per step, root included."),
+        target: str = typer.Option("smollm2-135m", help="Known target name, a .gguf file, or a HF folder."),
+        host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+        port: int = typer.Option(8000, min=0, max=65535, help="Port (0: any free port, printed at start)."),
+        concurrency: int = typer.Option(8, min=1, help="Sequences in flight at most (vLLM's max-num-seqs)."),
+        max_model_len: int = typer.Option(2048, min=16, help="Prompt + output tokens per request at most."),
+        dtype: str = typer.Option("auto", help="auto, float32 or bfloat16."),
+        threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: all)."),
+        temperature: float = typer.Option(0.0, min=0.0, help="Sampling temperature of every request (0 = greedy)."),
+        top_p: float = typer.Option(1.0, min=0.0, max=1.0, help="Nucleus mass of every request."),
+        top_k: int = typer.Option(0, min=0, help="Top-k of every request (0 = off)."),
+        seed: int = typer.Option(0, help="Seeds the per-request samplers."),
+        model_name: Optional[str] = typer.Option(None, help="Name in /v1/models and requests (default: --target)."),
+        option: list[str] = typer.Option([], help="Method option KEY=VALUE (repeatable), as for `run`."),
+        verbose: bool = typer.Option(False, help="Log every HTTP request."),
+    ) -> None:
+        """Serve the reference engine over HTTP: OpenAI chat/completions (streaming or not), /health, /v1/models,
+        and /metrics with vLLM's spec-decode counters, so `specbench run --engine vllm --endpoint URL` and other
+        OpenAI clients can drive it.
+
+        Example: specbench serve --method ngram --budget 8 --port 8000
+        """
+        import logging
+
+        from specbench.run_cli import parse_options
+        from specbench.serve import ServeConfig, SpecbenchServer
+
+        logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                            format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        cfg = ServeConfig(target, method, budget, concurrency, max_model_len, dtype, threads, temperature, top_p,
+                          top_k, seed, parse_options(option), model_name, host, port)
+        try:
+            server = SpecbenchServer(cfg)
+        except OSError as err:
+            raise SpecbenchError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
+        svc = server.service
+        console.print(f"specbench serve: {method} L={budget} on {svc.model_name} ({svc.runner.dtype_name}, "
+                      f"up to {concurrency} sequences, {svc.max_model_len}-token context) at {server.url}  "
+                      "(/v1/chat/completions /v1/completions /v1/models /health /metrics)",
+                      highlight=False, markup=False)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
