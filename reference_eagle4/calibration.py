@@ -22,7 +22,7 @@ from reference_eagle4.device import device_name
 from reference_eagle4.model import Transformer
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16)
-DEFAULT_CONTEXTS = (256, 1024, 4096)
+DEFAULT_CONTEXTS = (256, 1024, 2048)
 DEFAULT_TOKENS = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_WIDTHS = (1, 4, 16, 64)
 

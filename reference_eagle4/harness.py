@@ -60,11 +60,12 @@ class TreePlanner:
         return best
 
     def worth_another_level(self, probs: list[list[float]], draft_ms: float, frontier_best: list[float],
-                            confidence: float, width: int) -> bool:
-        """Draft one level deeper only if its best plausible children beat the current plan's speed."""
-        if all(len(p) >= self.budget - 1 for p in probs) or max(frontier_best, default=0.0) <= 0.0:
+                            confidence: float, level_ms: float) -> bool:
+        """Draft one level deeper (costing `level_ms`) only if its best plausible children beat the current
+        plan's speed. draft_ms: drafting time spent so far this step."""
+        if max(frontier_best, default=0.0) <= 0.0:
             return False
         now = self.best_size(probs, draft_ms)
         grown = [sorted([*p, f * confidence], reverse=True) for p, f in zip(probs, frontier_best)]
-        later = self.best_size(grown, draft_ms + self.draft_ms(width))
+        later = self.best_size(grown, draft_ms + level_ms)
         return later.speed > now.speed

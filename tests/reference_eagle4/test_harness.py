@@ -48,8 +48,7 @@ def test_chosen_size_maximises_expected_speed():
 
 
 def test_another_level_only_when_confident_and_cheap():
-    planner = TreePlanner(table(0.2, draft_ms=1.0), budget=16, batch=1, context=256)
-    assert planner.worth_another_level([[0.9, 0.8]], 1.0, [0.8], confidence=0.9, width=4)
-    assert not planner.worth_another_level([[0.9, 0.8]], 1.0, [0.01], confidence=0.1, width=4)
-    pricey = TreePlanner(table(0.2, draft_ms=200.0), budget=16, batch=1, context=256)
-    assert not pricey.worth_another_level([[0.9, 0.8]], 200.0, [0.8], confidence=0.9, width=4)
+    planner = TreePlanner(table(0.2), budget=16, batch=1, context=256)
+    assert planner.worth_another_level([[0.9, 0.8]], 1.0, [0.8], confidence=0.9, level_ms=1.0)
+    assert not planner.worth_another_level([[0.9, 0.8]], 1.0, [0.01], confidence=0.1, level_ms=1.0)
+    assert not planner.worth_another_level([[0.9, 0.8]], 1.0, [0.8], confidence=0.9, level_ms=200.0)

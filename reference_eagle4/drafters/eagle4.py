@@ -1,0 +1,441 @@
+"""The EAGLE-4 drafter: an EAGLE-3 layer with sliding-window attention and a low-rank candidate head.
+
+    h      = fc(cat[h_low, h_mid, h_high])            3H_t -> H, no bias (skipped for depth >= 1 inputs)
+    x      = cat[input_norm(embed(x_{t+1})), hidden_norm(h)]                      2H, embedding first
+    h      = h + o(Attn(q/k/v(x)))         GQA + RoPE; a query at position p sees keys at (p - W, p]
+    h      = h + down(silu(gate(post_norm(h))) * up(post_norm(h)))       pre-norm h feeds the next depth
+    logits = norm(h) @ lm_head.T  -- over K candidates only:
+             scores = (norm(h) @ A) @ B  (rank r), keep the top K, exact logits for those K rows,
+             draft probabilities = softmax over the K exact logits           (`head="full"`: all rows)
+
+The embedding and lm_head are the target's (shared at run time, never stored in the checkpoint). The
+low-rank factors start from a truncated SVD of the target's lm_head and are trained. The same class loads
+EAGLE-3 checkpoints (SafeAILab / SpecForge key names, their own lm_head over a `d2t` draft vocabulary).
+
+File layout (model.safetensors, EAGLE-3 key names plus ours):
+    fc.weight, midlayer.{input_layernorm,hidden_norm,post_attention_layernorm}.weight,
+    midlayer.self_attn.{q,k,v,o}_proj.weight, midlayer.mlp.{gate,up,down}_proj.weight, norm.weight,
+    lowrank.A [H, r], lowrank.B [r, V_draft]        (EAGLE-4)
+    lm_head.weight [V_draft, H], d2t [V_draft] (offsets: target = i + d2t[i]), t2d [V] bool   (EAGLE-3)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from reference_eagle4.model import ModelArgs, PackedLinear, RMSNorm, apply_rope
+
+HEADS = ("lowrank", "full")
+
+
+@dataclass(frozen=True)
+class Eagle4Config:
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int                              # the target's vocabulary
+    target_hidden_size: int
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    max_position_embeddings: int = 8192
+    capture_layers: tuple[int, ...] = (2, 15, 27)   # target layers whose *input* hidden states are fused
+    window: int | None = 256                     # sliding-window attention span; None = full attention
+    head: str = "lowrank"                        # "lowrank" | "full"
+    rank: int = 64                               # r of the low-rank scorer
+    topk_candidates: int = 64                    # K rows scored exactly
+    draft_vocab_size: int | None = None          # EAGLE-3 draft vocabulary (d2t); None = the target's
+    own_lm_head: bool = False                    # EAGLE-3 checkpoints carry their lm_head
+    kind: str = "eagle4"
+
+    @classmethod
+    def for_target(cls, args: ModelArgs, **overrides: Any) -> "Eagle4Config":
+        """A drafter shaped like one layer of the target (GQA, head_dim, RoPE) fusing its EAGLE layers."""
+        base = cls(
+            hidden_size=args.dim, num_attention_heads=args.n_heads, num_key_value_heads=args.n_kv_heads,
+            head_dim=args.head_dim, intermediate_size=args.intermediate, vocab_size=args.vocab_size,
+            target_hidden_size=args.dim, rms_norm_eps=args.norm_eps, rope_theta=args.rope_theta,
+            max_position_embeddings=args.max_position, capture_layers=tuple(args.eagle_layers))
+        return replace(base, **overrides)
+
+    @property
+    def draft_vocab(self) -> int:
+        return self.draft_vocab_size or self.vocab_size
+
+    def validate(self) -> None:
+        if self.head not in HEADS:
+            raise ValueError(f"head must be one of {HEADS}, got {self.head!r}")
+        if self.window is not None and self.window < 1:
+            raise ValueError(f"window must be >= 1 or None (full attention), got {self.window}")
+        if self.rank < 1 or self.topk_candidates < 1:
+            raise ValueError("rank and topk_candidates must be >= 1")
+
+    # -- config.json (HF-like keys, so EAGLE-3 configs read the same way) ----------------------------------
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["capture_layers"] = list(self.capture_layers)
+        return {"architectures": ["Eagle4Drafter"], "model_type": "eagle4", **d}
+
+    @classmethod
+    def from_json(cls, cfg: dict[str, Any]) -> "Eagle4Config":
+        """Our own config.json, or an EAGLE-3 one (LlamaForCausalLMEagle3 / SpecForge)."""
+        if cfg.get("model_type") == "eagle4":
+            known = {f.name for f in fields(cls)}
+            kw = {k: v for k, v in cfg.items() if k in known}
+            kw["capture_layers"] = tuple(kw.get("capture_layers", (2, 15, 27)))
+            return cls(**kw)
+        n_heads = cfg["num_attention_heads"]
+        hidden = cfg["hidden_size"]
+        rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+        eagle = cfg.get("eagle_config") or {}
+        layers = eagle.get("eagle_aux_hidden_state_layer_ids")
+        n_target = cfg.get("target_num_hidden_layers") or cfg.get("num_target_layers")
+        if layers is not None:
+            # vLLM / SpecForge list layer-*output* ids; we capture layer inputs: input of i+1 = output of i
+            capture = tuple(int(i) + 1 for i in layers)
+        elif n_target:
+            capture = (2, n_target // 2, n_target - 3)
+        else:
+            capture = ()                              # unknown: the proposer fills it from the target
+        draft_vocab = cfg.get("draft_vocab_size")
+        vocab = cfg["vocab_size"]
+        return cls(
+            hidden_size=hidden, num_attention_heads=n_heads,
+            num_key_value_heads=cfg.get("num_key_value_heads", n_heads),
+            head_dim=cfg.get("head_dim") or hidden // n_heads, intermediate_size=cfg["intermediate_size"],
+            vocab_size=vocab, target_hidden_size=cfg.get("target_hidden_size") or hidden,
+            rms_norm_eps=cfg.get("rms_norm_eps", 1e-5),
+            rope_theta=rope.get("rope_theta", cfg.get("rope_theta", 10000.0)),
+            max_position_embeddings=cfg.get("max_position_embeddings", 8192), capture_layers=capture,
+            window=None, head="full", draft_vocab_size=draft_vocab if draft_vocab != vocab else None,
+            own_lm_head=True, kind="eagle3")
+
+
+def rope_cos_sin(cfg: Eagle4Config, device: str | torch.device = "cpu") -> tuple[Tensor, Tensor]:
+    steps = torch.arange(0, cfg.head_dim, 2, dtype=torch.float64, device=device)
+    inv = 1.0 / (cfg.rope_theta ** (steps / cfg.head_dim))
+    ang = torch.outer(torch.arange(cfg.max_position_embeddings, dtype=torch.float64, device=device), inv)
+    ang = torch.cat([ang, ang], dim=-1)
+    return ang.cos().float(), ang.sin().float()
+
+
+def lowrank_from_svd(weight: Tensor, rank: int) -> tuple[Tensor, Tensor]:
+    """A [H, r], B [r, V] with (h @ A) @ B = the best rank-r approximation of h @ weight.T (weight [V, H])."""
+    w = weight.detach().float()
+    u, s, vh = torch.linalg.svd(w, full_matrices=False)     # w = u s vh, u [V, H], vh [H, H]
+    r = min(rank, s.numel())
+    root = s[:r].sqrt()
+    a = vh[:r].T * root                                     # [H, r]
+    b = (u[:, :r] * root).T                                 # [r, V]
+    if r < rank:                                            # rank above H: pad with zeros (exact anyway)
+        a = torch.cat([a, a.new_zeros(a.shape[0], rank - r)], 1)
+        b = torch.cat([b, b.new_zeros(rank - r, b.shape[1])], 0)
+    return a.contiguous(), b.contiguous()
+
+
+class Eagle4Drafter(nn.Module):
+    """Weights and the per-piece forward functions; the proposer and the trainer compose them."""
+
+    def __init__(self, cfg: Eagle4Config):
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        H, hd = cfg.hidden_size, cfg.head_dim
+        nq, nkv = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.fc = nn.Linear(len(cfg.capture_layers or (0, 0, 0)) * cfg.target_hidden_size, H, bias=False)
+        self.input_norm = RMSNorm(H, cfg.rms_norm_eps)
+        self.hidden_norm = RMSNorm(H, cfg.rms_norm_eps)
+        self.qkv = nn.Linear(2 * H, (nq + 2 * nkv) * hd, bias=False)
+        self.o = nn.Linear(nq * hd, H, bias=False)
+        self.post_norm = RMSNorm(H, cfg.rms_norm_eps)
+        self.gate_up = nn.Linear(H, 2 * cfg.intermediate_size, bias=False)
+        self.down = nn.Linear(cfg.intermediate_size, H, bias=False)
+        self.norm = RMSNorm(H, cfg.rms_norm_eps)
+        Vd = cfg.draft_vocab
+        # low-rank scorer as two linears (so they pack like any other): scores = lr_b(lr_a(h))
+        self.lr_a = nn.Linear(H, cfg.rank, bias=False)         # weight = A.T [r, H]
+        self.lr_b = nn.Linear(cfg.rank, Vd, bias=False)        # weight = B.T [V_draft, r]
+        self.lm_head = nn.Linear(H, Vd, bias=False) if cfg.own_lm_head else None
+        # draft index -> target token id (absolute; converted from EAGLE-3 offsets on load)
+        self.register_buffer("d2t", torch.arange(Vd) if cfg.draft_vocab_size else None)
+        cos, sin = rope_cos_sin(cfg)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        # shared with the target at run time (plain attributes: never parameters, never saved)
+        self.embed_weight: Tensor | None = None
+        self.head_weight: Tensor | None = None       # [V_draft, H]: rows for the exact logits
+        self.full_head: nn.Module | None = None      # a (packed) linear producing all V_draft logits
+        self.lowrank_ready = False                   # A, B hold trained or SVD values
+        self.reset_parameters()
+
+    def reset_parameters(self, std: float = 0.02, generator: torch.Generator | None = None) -> None:
+        for lin in (self.fc, self.qkv, self.o, self.gate_up, self.down):
+            if isinstance(lin, nn.Linear):
+                with torch.no_grad():
+                    lin.weight.normal_(0.0, std, generator=generator)
+
+    # -- binding to the target -------------------------------------------------------------------------
+    def attach(self, embed_weight: Tensor, lm_head_weight: Tensor | None,
+               full_head: nn.Module | None = None) -> "Eagle4Drafter":
+        """Share the target's embedding and lm_head ([V, H]); initialise A, B from its SVD if untrained."""
+        # plain attributes (object.__setattr__): a Parameter or Module assigned the usual way would be
+        # registered, and the target's weights would join this module's parameters and state_dict
+        share = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
+        share("embed_weight", embed_weight.detach())
+        if self.lm_head is not None:
+            share("head_weight", self.lm_head.weight.detach())
+            share("full_head", None)
+        else:
+            if lm_head_weight is None:
+                raise ValueError("the drafter needs the target's lm_head weight")
+            if self.d2t is not None:
+                share("head_weight", lm_head_weight.detach()[self.d2t])
+                share("full_head", None)
+            else:
+                share("head_weight", lm_head_weight.detach())
+                share("full_head", full_head)
+        if not self.lowrank_ready:
+            self.init_lowrank()
+        return self
+
+    def init_lowrank(self) -> None:
+        if self.head_weight is None:
+            raise ValueError("attach() the target first")
+        a, b = lowrank_from_svd(self.head_weight, self.cfg.rank)
+        with torch.no_grad():
+            self.lr_a.weight.copy_(a.T)
+            self.lr_b.weight.copy_(b.T)
+        self.lowrank_ready = True
+
+    def set_options(self, window: Any = "keep", head: str | None = None, rank: int | None = None,
+                    topk_candidates: int | None = None) -> None:
+        """Ablations at run time. A rank other than the trained one re-initialises A, B by SVD."""
+        kw: dict[str, Any] = {}
+        if window != "keep":
+            kw["window"] = None if window in (None, 0, "none", "None") else int(window)
+        if head is not None:
+            kw["head"] = head
+        if topk_candidates is not None:
+            kw["topk_candidates"] = int(topk_candidates)
+        if rank is not None and int(rank) != self.cfg.rank:
+            kw["rank"] = int(rank)
+            dev, dt = self.lr_a.weight.device, self.lr_a.weight.dtype
+            self.lr_a = nn.Linear(self.cfg.hidden_size, int(rank), bias=False, device=dev, dtype=dt)
+            self.lr_b = nn.Linear(int(rank), self.cfg.draft_vocab, bias=False, device=dev, dtype=dt)
+            self.lowrank_ready = False
+        self.cfg = replace(self.cfg, **kw)
+        self.cfg.validate()
+        if not self.lowrank_ready and self.head_weight is not None:
+            self.init_lowrank()
+
+    def pack(self) -> "Eagle4Drafter":
+        """Prepack the drafter's own linears for oneDNN (inference only; a no-op off CPU)."""
+        if not torch.backends.mkldnn.is_available() or self.qkv.weight.device.type != "cpu":
+            return self
+        for name in ("fc", "qkv", "o", "gate_up", "down", "lr_a", "lr_b"):
+            lin = getattr(self, name)
+            if isinstance(lin, nn.Linear):
+                setattr(self, name, PackedLinear(lin))
+        if self.full_head is None and self.head_weight is not None:
+            object.__setattr__(self, "full_head", _packed_from_weight(self.head_weight))
+        elif isinstance(self.full_head, nn.Linear):
+            object.__setattr__(self, "full_head", PackedLinear(self.full_head))
+        return self
+
+    # -- forward pieces ----------------------------------------------------------------------------------
+    def inputs(self, h: Tensor, tokens: Tensor, fuse: bool) -> tuple[Tensor, Tensor]:
+        """(residual h, attention input [norm(embed), norm(h)]); `fuse` applies fc to target features."""
+        if fuse:
+            h = self.fc(h)
+        e = F.embedding(tokens, self.embed_weight).to(h.dtype)
+        return h, torch.cat([self.input_norm(e), self.hidden_norm(h)], dim=-1)
+
+    def project(self, x: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q [B, nq, T, hd], k/v [B, nkv, T, hd] with RoPE at absolute positions pos [B, T]."""
+        c = self.cfg
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x).split(
+            [c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim,
+             c.num_key_value_heads * c.head_dim], -1)
+        cos = self.rope_cos[pos].unsqueeze(1).to(x.dtype)
+        sin = self.rope_sin[pos].unsqueeze(1).to(x.dtype)
+        q = apply_rope(q.view(B, T, c.num_attention_heads, c.head_dim).transpose(1, 2), cos, sin)
+        k = apply_rope(k.view(B, T, c.num_key_value_heads, c.head_dim).transpose(1, 2), cos, sin)
+        v = v.view(B, T, c.num_key_value_heads, c.head_dim).transpose(1, 2)
+        return q, k, v
+
+    def finish(self, h: Tensor, attn: Tensor) -> Tensor:
+        """Residual + o(attn [B, nq, T, hd]) then the MLP; returns the pre-norm hidden state."""
+        B, _, T, _ = attn.shape
+        h = h + self.o(attn.transpose(1, 2).reshape(B, T, -1))
+        g, u = self.gate_up(self.post_norm(h)).chunk(2, dim=-1)
+        return h + self.down(F.silu(g) * u)
+
+    def full_logits(self, hn: Tensor) -> Tensor:
+        """Logits over the whole draft vocabulary for normed hidden rows [N, H]."""
+        if self.full_head is not None:
+            return self.full_head(hn)
+        return hn @ self.head_weight.T
+
+    def lowrank_scores(self, hn: Tensor) -> Tensor:
+        return self.lr_b(self.lr_a(hn))
+
+    def topk(self, h: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        """Draft log-probabilities and TARGET token ids of the k best next tokens for pre-norm rows [N, H].
+
+        lowrank: softmax over the K exact logits of the low-rank top-K candidates; full: over all rows.
+        """
+        hn = self.norm(h)
+        if self.cfg.head == "lowrank":
+            K = min(max(self.cfg.topk_candidates, k), self.cfg.draft_vocab)
+            if hn.is_cuda and isinstance(self.lr_a, nn.Linear):      # fused Triton kernel (kernels/)
+                from reference_eagle4.kernels.lowrank_head import lowrank_topk
+                exact, cand = lowrank_topk(hn, self.lr_a.weight.T, self.lr_b.weight.T, self.head_weight, K)
+            else:
+                cand = self.lowrank_scores(hn).topk(K, dim=-1).indices            # [N, K]
+                rows = self.head_weight[cand]                                     # [N, K, H]
+                exact = torch.bmm(rows, hn.to(rows.dtype).unsqueeze(-1)).squeeze(-1).float()
+            logp = exact.float().log_softmax(-1)
+            val, pos = logp.topk(k, dim=-1)
+            idx = cand.gather(1, pos)
+        else:
+            logp = self.full_logits(hn).float().log_softmax(-1)
+            val, idx = logp.topk(k, dim=-1)
+        if self.d2t is not None:
+            idx = self.d2t[idx]
+        return val, idx
+
+    # -- checkpoints -----------------------------------------------------------------------------------
+    def export_state(self, dtype: torch.dtype | None = torch.float16) -> dict[str, Tensor]:
+        """The checkpoint tensors under EAGLE-3 key names (+ lowrank.A/B); never the target's weights."""
+        c = self.cfg
+        nq, nkv, hd = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim, c.head_dim
+        del hd
+        q, k, v = self.qkv.weight.split([nq, nkv, nkv])
+        gate, up = self.gate_up.weight.chunk(2)
+        out = {
+            "fc.weight": self.fc.weight,
+            "midlayer.input_layernorm.weight": self.input_norm.weight,
+            "midlayer.hidden_norm.weight": self.hidden_norm.weight,
+            "midlayer.self_attn.q_proj.weight": q, "midlayer.self_attn.k_proj.weight": k,
+            "midlayer.self_attn.v_proj.weight": v, "midlayer.self_attn.o_proj.weight": self.o.weight,
+            "midlayer.post_attention_layernorm.weight": self.post_norm.weight,
+            "midlayer.mlp.gate_proj.weight": gate, "midlayer.mlp.up_proj.weight": up,
+            "midlayer.mlp.down_proj.weight": self.down.weight,
+            "norm.weight": self.norm.weight,
+            "lowrank.A": self.lr_a.weight.T, "lowrank.B": self.lr_b.weight.T,
+        }
+        if self.lm_head is not None:
+            out["lm_head.weight"] = self.lm_head.weight
+        out = {n: t.detach().to(dtype or t.dtype).contiguous() for n, t in out.items()}
+        if self.d2t is not None:
+            out["d2t"] = (self.d2t - torch.arange(self.d2t.numel(), device=self.d2t.device)).long()
+            t2d = torch.zeros(c.vocab_size, dtype=torch.bool)
+            t2d[self.d2t.cpu()] = True
+            out["t2d"] = t2d
+        return out
+
+    def save(self, folder: str | Path, dtype: torch.dtype | None = torch.float16,
+             extra: dict[str, Any] | None = None) -> Path:
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        save_file(self.export_state(dtype), str(folder / "model.safetensors"))
+        cfg = self.cfg.to_json()
+        if extra:
+            cfg.update(extra)
+        (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+        return folder
+
+
+def _packed_from_weight(weight: Tensor) -> nn.Module:
+    lin = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
+    lin.weight = nn.Parameter(weight.detach(), requires_grad=False)
+    return PackedLinear(lin)
+
+
+_ALIASES = ("midlayer.", "layers.0.", "model.layers.0.", "model.midlayer.")
+
+
+def _normalise_key(name: str) -> str:
+    for prefix in _ALIASES[1:]:
+        if name.startswith(prefix):
+            return "midlayer." + name[len(prefix):]
+    if name.startswith("model.") and not name.startswith("model.layers"):
+        return name[len("model."):]
+    return name
+
+
+def load_drafter(folder: str | Path, dtype: torch.dtype = torch.float32,
+                 capture_default: tuple[int, ...] | None = None) -> Eagle4Drafter:
+    """Load an EAGLE-4 drafter or an EAGLE-3 checkpoint (SafeAILab / SpecForge layout) from a folder."""
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    if not (folder / "config.json").exists():
+        raise FileNotFoundError(f"no drafter config.json in {folder}")
+    cfg = Eagle4Config.from_json(json.loads((folder / "config.json").read_text()))
+    state: dict[str, Tensor] = {}
+    files = sorted(folder.glob("*.safetensors"))
+    for f in files:
+        state.update(load_file(str(f)))
+    if not files:
+        bins = sorted(folder.glob("pytorch_model*.bin"))
+        if not bins:
+            raise FileNotFoundError(f"no *.safetensors or pytorch_model*.bin in {folder}")
+        for f in bins:
+            state.update(torch.load(f, map_location="cpu", weights_only=True))
+    state = {_normalise_key(k): v for k, v in state.items()}
+    if not cfg.capture_layers:
+        if capture_default is None:
+            raise ValueError(f"{folder}: config names no target layers; pass the target's eagle_layers")
+        cfg = replace(cfg, capture_layers=tuple(capture_default))
+    if "lm_head.weight" not in state and cfg.own_lm_head:
+        cfg = replace(cfg, own_lm_head=False)
+    if "d2t" in state and cfg.draft_vocab_size is None and state["d2t"].numel() != cfg.vocab_size:
+        cfg = replace(cfg, draft_vocab_size=state["d2t"].numel())
+    if "lowrank.A" in state:
+        cfg = replace(cfg, rank=state["lowrank.A"].shape[1])
+    model = Eagle4Drafter(cfg)
+    p = "midlayer."
+    ours = {
+        "fc.weight": state["fc.weight"],
+        "input_norm.weight": state[p + "input_layernorm.weight"],
+        "hidden_norm.weight": state[p + "hidden_norm.weight"],
+        "qkv.weight": torch.cat([state[p + f"self_attn.{n}_proj.weight"] for n in "qkv"]),
+        "o.weight": state[p + "self_attn.o_proj.weight"],
+        "post_norm.weight": state[p + "post_attention_layernorm.weight"],
+        "gate_up.weight": torch.cat([state[p + "mlp.gate_proj.weight"], state[p + "mlp.up_proj.weight"]]),
+        "down.weight": state[p + "mlp.down_proj.weight"],
+        "norm.weight": state["norm.weight"],
+    }
+    if cfg.own_lm_head:
+        ours["lm_head.weight"] = state["lm_head.weight"]
+    if "lowrank.A" in state:
+        ours["lr_a.weight"] = state["lowrank.A"].T
+        ours["lr_b.weight"] = state["lowrank.B"].T
+    missing = [k for k in ours if ours[k] is None]
+    if missing:
+        raise ValueError(f"{folder}: missing tensors {missing}")
+    with torch.no_grad():
+        for name, t in ours.items():
+            target = model.get_parameter(name)
+            if target.shape != t.shape:
+                raise ValueError(f"{folder}: {name} has shape {tuple(t.shape)}, expected {tuple(target.shape)}")
+            target.copy_(t.float())
+    if cfg.draft_vocab_size:
+        offsets = state["d2t"].long()
+        model.d2t = offsets + torch.arange(offsets.numel())
+    model.lowrank_ready = "lowrank.A" in state
+    model = model.to(dtype).eval().requires_grad_(False)
+    model.rope_cos, model.rope_sin = rope_cos_sin(cfg)
+    return model

@@ -1,0 +1,424 @@
+"""EAGLE-4 proposers: `eagle4-chain` (N = L-1 greedy drafts) and `eagle4-tree` (static EAGLE-2 tree).
+
+Per engine slot the drafter keeps its own KV cache as a ring of the last W positions (W = the sliding
+window; full attention grows a plain buffer instead). After prefill and after each step the engine hands
+the target's hidden states of the new tokens; the drafter pairs the feature at position t with the token
+at t+1 (EAGLE alignment) and processes those pairs at the start of the next `propose`, one batched
+"catch-up" forward for every live sequence, whose last row predicts the first draft level. Every further
+draft level is one batched drafter forward over all sequences' frontier nodes with tree attention
+(ancestors + self among the drafted nodes, the window over the accepted context). Tree K/V live only for
+the step; the next step recomputes the accepted tokens from the target's features.
+
+Tree (EAGLE-2): the top_k children of the root; at each level every frontier node expands top_k children
+scored by cumulative log-probability and the global top_k become the next frontier; finally the L-1 best
+recorded nodes (stable sort, so a parent wins ties with its child: the set is closed under ancestors) are
+emitted parents first. Expansion stops early once no frontier node can beat the current (L-1)-th best,
+which gives the same tree. The chain is the same procedure with top_k = 1.
+
+Candidates are deterministic, so verification is lossless whatever the drafter proposes (brief §3b).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from reference_eagle4.drafters import DEFAULT_EAGLE4
+from reference_eagle4.drafters.eagle4 import Eagle4Drafter, load_drafter
+from reference_eagle4.proposers.base import Proposer, register
+from reference_eagle4.tree import DraftTree
+
+if TYPE_CHECKING:
+    from reference_eagle4.engine import Sequence
+    from reference_eagle4.model import Transformer
+
+NEG = float("-inf")
+
+
+class DrafterCache:
+    """Drafter K/V per slot: a ring of R entries (R = W) or, for full attention, a growing buffer."""
+
+    def __init__(self, nkv: int, hd: int, ring: int | None, dtype: torch.dtype, device: torch.device,
+                 slots: int = 1, capacity: int = 512):
+        self.ring = ring
+        self.R = ring or capacity
+        self.nkv, self.hd, self.dtype, self.device = nkv, hd, dtype, device
+        self.k = torch.zeros(slots, nkv, self.R, hd, dtype=dtype, device=device)
+        self.v = torch.zeros_like(self.k)
+        self.pos = torch.full((slots, self.R), -1, dtype=torch.long, device=device)   # -1 = empty
+        self.next = torch.zeros(slots, dtype=torch.long, device=device)             # next pair position
+
+    def ensure(self, slots: int, max_pos: int) -> None:
+        """Room for `slots` slots and (full attention) positions up to max_pos."""
+        S = self.k.shape[0]
+        R = self.R if self.ring else max(self.R, 1 << max(max_pos, 1).bit_length())
+        if slots <= S and R == self.R:
+            return
+        S2 = max(S, slots)
+        k = torch.zeros(S2, self.nkv, R, self.hd, dtype=self.dtype, device=self.device)
+        v = torch.zeros_like(k)
+        pos = torch.full((S2, R), -1, dtype=torch.long, device=self.device)
+        nxt = torch.zeros(S2, dtype=torch.long, device=self.device)
+        k[:S, :, : self.R], v[:S, :, : self.R], pos[:S, : self.R], nxt[:S] = self.k, self.v, self.pos, self.next
+        self.k, self.v, self.pos, self.next, self.R = k, v, pos, nxt, R
+
+    def reset(self, slot: int) -> None:
+        self.pos[slot] = -1
+        self.next[slot] = 0
+
+    def move(self, src: int, dst: int) -> None:
+        self.k[dst], self.v[dst], self.pos[dst], self.next[dst] = self.k[src], self.v[src], self.pos[src], self.next[src]
+        self.reset(src)
+
+    def write(self, slots: Tensor, pos: Tensor, valid: Tensor, k: Tensor, v: Tensor) -> None:
+        """Store new keys/values k, v [B, nkv, T, hd] at positions pos [B, T] where valid."""
+        if self.ring:
+            last = torch.where(valid, pos, -1).max(1, keepdim=True).values
+            valid = valid & (pos > last - self.R)      # a long prefill keeps only its last R rows
+        b, t = valid.nonzero(as_tuple=True)
+        idx = pos[b, t] % self.R
+        s = slots[b]
+        self.k[s, :, idx] = k[b, :, t].to(self.dtype)
+        self.v[s, :, idx] = v[b, :, t].to(self.dtype)
+        self.pos[s, idx] = pos[b, t]
+
+
+class Eagle4Proposer(Proposer):
+    """Shared machinery; the registered subclasses fix top_k/depth defaults."""
+
+    default_top_k = 8
+
+    def __init__(self, budget: int, drafter: str | Path | Eagle4Drafter | None = None,
+                 target: "Transformer | None" = None, top_k: int | None = None, depth: int | None = None,
+                 window: Any = "keep", head: str | None = None, rank: int | None = None,
+                 topk_candidates: int | None = None, dtype: str | torch.dtype | None = None,
+                 early_stop: bool = True, **options: Any) -> None:
+        super().__init__(budget)
+        if isinstance(drafter, Eagle4Drafter):
+            self.drafter = drafter
+            self.drafter_path = None
+        else:
+            path = Path(drafter) if drafter is not None else DEFAULT_EAGLE4["smollm2-135m"]
+            if not (path / "config.json").exists():
+                raise FileNotFoundError(
+                    f"EAGLE-4 drafter not found at {path} (train one with `specbench train --drafter eagle4`)")
+            self.drafter = load_drafter(path)
+            self.drafter_path = path
+        self.drafter_sha256 = None
+        if self.drafter_path is not None and (self.drafter_path / "model.safetensors").exists():
+            from reference_eagle4.weights import sha256_file
+            self.drafter_sha256 = sha256_file(self.drafter_path / "model.safetensors")
+        self._ablations = dict(window=window, head=head, rank=rank, topk_candidates=topk_candidates)
+        top_k = None if top_k is None else int(top_k)
+        depth = None if depth is None else int(depth)
+        if isinstance(early_stop, str):
+            early_stop = early_stop.lower() not in ("0", "false", "no", "off")
+        n = max(budget - 1, 0)
+        self.top_k = max(1, min(top_k if top_k is not None else self.default_top_k, max(n, 1)))
+        self.depth = max(1, min(depth if depth is not None else n, max(n, 1)))
+        self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+        self.early_stop = early_stop
+        self.capture = tuple(self.drafter.cfg.capture_layers)
+        self.cache: DrafterCache | None = None
+        self.target = None
+        if target is not None:
+            self.bind(target)
+
+    # -- setup -----------------------------------------------------------------------------------------
+    def bind(self, target: "Transformer") -> None:
+        """Share the target's embedding/lm_head, cast and prepack the drafter (called by the Engine)."""
+        if self.target is target:
+            return
+        d = self.drafter
+        args = target.args
+        if d.cfg.vocab_size != args.vocab_size or d.cfg.target_hidden_size != args.dim:
+            raise ValueError(
+                f"drafter (vocab {d.cfg.vocab_size}, hidden {d.cfg.target_hidden_size}) does not fit the "
+                f"target (vocab {args.vocab_size}, hidden {args.dim})")
+        if not self.capture:
+            self.capture = tuple(args.eagle_layers)
+        if list(self.capture) != sorted(set(self.capture)) or max(self.capture) > args.n_layers:
+            raise ValueError(f"capture layers {self.capture} must be distinct, ascending and <= {args.n_layers}")
+        emb = target.embed.weight
+        dtype = self.dtype or emb.dtype
+        lm = target.lm_head
+        head_w = getattr(lm, "weight", None)
+        if head_w is None:
+            if not args.tie_embeddings:
+                raise ValueError("the target's lm_head was packed without its weight: bind before pack_linears")
+            head_w = emb
+        d = d.to(dtype)
+        d.rope_cos, d.rope_sin = d.rope_cos.float(), d.rope_sin.float()
+        full = lm if head_w.dtype == dtype else None
+        d.attach(emb if emb.dtype == dtype else emb.to(dtype),
+                 head_w if head_w.dtype == dtype else head_w.to(dtype), full_head=full)
+        d.set_options(**self._ablations)
+        d.eval().requires_grad_(False)
+        d.pack()
+        self.drafter = d
+        self.target = target
+        c = d.cfg
+        self.cache = DrafterCache(c.num_key_value_heads, c.head_dim, c.window, dtype, emb.device)
+
+    def config(self) -> dict[str, Any]:
+        c = self.drafter.cfg
+        return {**super().config(), "drafter": str(self.drafter_path) if self.drafter_path else None,
+                "drafter_sha256": self.drafter_sha256,
+                "top_k": self.top_k, "depth": self.depth, "window": c.window, "head": c.head,
+                "rank": c.rank, "topk_candidates": c.topk_candidates, "capture": list(self.capture)}
+
+    # -- engine callbacks --------------------------------------------------------------------------------
+    def begin(self, seq: "Sequence", hidden: list[Tensor]) -> None:
+        self._need_bound()
+        feats = torch.cat(hidden, dim=-1)                        # [P, 3H]
+        P = feats.shape[0]
+        toks = torch.tensor(seq.tokens[1: P + 1], device=feats.device)
+        self.cache.ensure(seq.slot + 1, P + 1)
+        self.cache.reset(seq.slot)
+        if P > 1:       # all but the last pair now (alone); the last one rides with the next batched catch-up
+            self._catch_up([seq.slot], [feats[:-1]], [toks[:-1]])
+        seq.state = (feats[-1:], toks[-1:])
+
+    def accepted(self, seq: "Sequence", path: list[int], hidden: list[Tensor]) -> None:
+        n = len(path)
+        seq.state = (torch.cat(hidden, dim=-1), torch.tensor(seq.tokens[-n:], device=hidden[0].device))
+
+    def moved(self, seq: "Sequence", old_slot: int, new_slot: int) -> None:
+        if self.cache is not None:
+            self.cache.move(old_slot, new_slot)
+
+    def end(self, seq: "Sequence") -> None:
+        seq.state = None
+        if self.cache is not None and seq.slot < self.cache.k.shape[0]:
+            self.cache.reset(seq.slot)
+
+    def _need_bound(self) -> None:
+        if self.cache is None:
+            raise RuntimeError("EAGLE-4 proposer is not bound to a target (Engine binds it; or pass target=)")
+
+    # -- drafting ----------------------------------------------------------------------------------------
+    def _window_mask(self, ctx_pos: Tensor, qpos: Tensor) -> Tensor:
+        """[B, Tq, R]: ring entry visible from a query at qpos [B, Tq] (filled, in the past, in the window)."""
+        kp = ctx_pos[:, None, :]
+        vis = (kp >= 0) & (kp < qpos[:, :, None])
+        W = self.drafter.cfg.window
+        if W is not None:
+            vis &= kp > qpos[:, :, None] - W
+        return vis
+
+    def _ring(self, slots: list[int]) -> tuple[Tensor, Tensor, Tensor]:
+        c = self.cache
+        B = len(slots)
+        if slots == list(range(B)):
+            return c.k[:B], c.v[:B], c.pos[:B]
+        idx = torch.tensor(slots, device=c.k.device)
+        return c.k[idx], c.v[idx], c.pos[idx]
+
+    def _catch_up(self, slots: list[int], feats: list[Tensor], toks: list[Tensor]) -> Tensor:
+        """Process pending (feature, next token) pairs for each slot; return the last row's hidden [B, H]."""
+        d, c = self.drafter, self.cache
+        B = len(slots)
+        lens = [f.shape[0] for f in feats]
+        T = max(lens)
+        dev = feats[0].device
+        dt = c.dtype
+        if all(n == T for n in lens):
+            x = torch.stack(feats).to(dt)
+            tok = torch.stack(toks)
+        else:
+            x = torch.zeros(B, T, feats[0].shape[-1], dtype=dt, device=dev)
+            tok = torch.zeros(B, T, dtype=torch.long, device=dev)
+            for b, (f, t) in enumerate(zip(feats, toks)):
+                x[b, : f.shape[0]] = f
+                tok[b, : t.shape[0]] = t
+        slot_t = torch.tensor(slots, device=dev)
+        n = torch.tensor(lens, device=dev)
+        steps = torch.arange(T, device=dev)
+        valid = steps[None, :] < n[:, None]
+        c.ensure(max(slots) + 1, 0)
+        start = c.next[slot_t]
+        c.ensure(max(slots) + 1, int(start.max()) + T + 1)
+        pos = start[:, None] + steps[None, :]
+        h, xin = d.inputs(x, tok, fuse=True)
+        q, k, v = d.project(xin, pos)
+        rk, rv, rpos = self._ring(slots)
+        new_vis = steps[None, :, None] >= steps[None, None, :]                      # causal [1, T, T]
+        W = d.cfg.window
+        if W is not None:
+            new_vis = new_vis & (steps[None, :, None] - steps[None, None, :] < W)
+        new_vis = new_vis & (valid[:, None, :] | torch.eye(T, dtype=torch.bool, device=dev)[None])
+        mask = torch.cat([self._window_mask(rpos, pos), new_vis.expand(B, T, T)], dim=-1).unsqueeze(1)
+        attn = F.scaled_dot_product_attention(q, torch.cat([rk, k.to(dt)], 2), torch.cat([rv, v.to(dt)], 2),
+                                              attn_mask=mask, enable_gqa=True)
+        out = d.finish(h, attn)
+        c.write(slot_t, pos, valid, k, v)
+        c.next[slot_t] = start + n
+        return out[torch.arange(B, device=dev), n - 1]
+
+    def propose(self, seqs: list["Sequence"]) -> list[DraftTree]:  # type: ignore[override]
+        self._need_bound()
+        slots = [s.slot for s in seqs]
+        t0 = time.perf_counter()
+        last = self._catch_up(slots, [s.state[0] for s in seqs], [s.state[1] for s in seqs])
+        for s in seqs:
+            s.state = None
+        roots = [s.tokens[-1] for s in seqs]
+        n_draft = self.budget - 1
+        if n_draft <= 0:
+            return [DraftTree([r], [-1]) for r in roots]
+        return self._draft(slots, last, roots, n_draft, 1000 * (time.perf_counter() - t0))
+
+    # -- hooks of the level loop (the static tree here; `eagle4-harness` overrides them) ------------------
+    def _keep_drafting(self, level: int, scores: list[Tensor], frontier: Tensor, top1: Tensor,
+                       level_ms: float) -> bool:
+        """Called before drafting depth level+1. level: the depth drafted so far (1 after the catch-up);
+        scores: cumulative log-probabilities of every recorded node, one [B, n] tensor per depth; frontier:
+        [B, k] scores of the nodes the next level would expand, best first; top1: [B] conditional
+        log-probability of the best child at the last level; level_ms: wall time of the last drafter pass.
+        Static tree: up to `depth`, stopping once no frontier node can enter the L-1 best (same tree)."""
+        if level >= self.depth:
+            return False
+        n_draft = self.budget - 1
+        if self.early_stop and sum(s.shape[1] for s in scores) >= n_draft:
+            kth = torch.cat(scores, 1).topk(n_draft, dim=-1).values[:, -1]
+            if bool((frontier[:, 0] <= kth).all()):
+                return False
+        return True
+
+    def _tree_size(self, scores: list[Tensor], levels: int) -> int:
+        """Drafted nodes to verify per sequence (root excluded), at most L-1: the static tree takes L-1."""
+        return self.budget - 1
+
+    def _draft(self, slots: list[int], last: Tensor, roots: list[int], n_draft: int,
+               catch_up_ms: float = 0.0) -> list[DraftTree]:
+        d, c = self.drafter, self.cache
+        B, H = last.shape
+        dev, dt = last.device, c.dtype
+        k = self.top_k
+        cfg = d.cfg
+        nkv, hd = cfg.num_key_value_heads, cfg.head_dim
+        slot_t = torch.tensor(slots, device=dev)
+        p_last = c.next[slot_t] - 1                                                   # [B]
+        rk, rv, rpos = self._ring(slots)
+
+        logp, ids = d.topk(last, k)                                                   # [B, k]
+        scores = [logp]
+        tokens = [ids]
+        parents = [torch.full((B, k), -1, dtype=torch.long, device=dev)]
+        n_rec = k
+        f_score, f_tok, f_rec = logp, ids, torch.arange(k, device=dev).expand(B, k)
+        f_h = last[:, None, :].expand(B, k, H)
+        f_buf = torch.full((B, k), -1, dtype=torch.long, device=dev)                 # parent's tree-buffer row
+        n_max = k * max(self.depth - 1, 0)
+        tk = torch.empty(B, nkv, max(n_max, 1), hd, dtype=dt, device=dev)
+        tv = torch.empty_like(tk)
+        anc = torch.zeros(B, max(n_max, 1), max(n_max, 1), dtype=torch.bool, device=dev)
+        eye = torch.eye(k, dtype=torch.bool, device=dev)
+        bidx = torch.arange(B, device=dev)[:, None]
+        top1, level_ms, level = logp[:, 0], catch_up_ms, 1
+        while self._keep_drafting(level, scores, f_score, top1, level_ms):
+            t0 = time.perf_counter()
+            n0 = (level - 1) * k
+            if n0 + k > tk.shape[2]:                 # a subclass may draft deeper than `depth`
+                grow = n0 + k
+                tk = torch.cat([tk, tk.new_empty(B, nkv, grow, hd)], 2)
+                tv = torch.cat([tv, tv.new_empty(B, nkv, grow, hd)], 2)
+                anc2 = anc.new_zeros(B, anc.shape[1] + grow, anc.shape[2] + grow)
+                anc2[:, : anc.shape[1], : anc.shape[2]] = anc
+                anc = anc2
+            qpos = (p_last + level)[:, None].expand(B, k)
+            h, xin = d.inputs(f_h, f_tok, fuse=False)
+            q, kk, vv = d.project(xin, qpos)
+            tk[:, :, n0: n0 + k] = kk.to(dt)
+            tv[:, :, n0: n0 + k] = vv.to(dt)
+            if level > 1:      # ancestors of each new node = its parent's row
+                anc[:, n0: n0 + k, :n0] = anc[bidx, f_buf, :n0]
+            anc[:, n0: n0 + k, n0: n0 + k] = eye
+            mask = torch.cat([self._window_mask(rpos, qpos), anc[:, n0: n0 + k, : n0 + k]], -1).unsqueeze(1)
+            attn = F.scaled_dot_product_attention(
+                q, torch.cat([rk, tk[:, :, : n0 + k]], 2), torch.cat([rv, tv[:, :, : n0 + k]], 2),
+                attn_mask=mask, enable_gqa=True)
+            out = d.finish(h, attn)                                                   # [B, k, H]
+            lp, cid = d.topk(out.reshape(B * k, H), k)
+            lp = lp.view(B, k, k)
+            top1 = lp[:, 0, 0]
+            cu = (f_score[:, :, None] + lp).reshape(B, k * k)
+            cid = cid.view(B, k * k)
+            par = f_rec[:, :, None].expand(B, k, k).reshape(B, k * k)
+            scores.append(cu)
+            tokens.append(cid)
+            parents.append(par)
+            # next frontier: the global top-k of this level's k*k candidates
+            f_score, sel = cu.topk(k, dim=-1)
+            f_tok = cid.gather(1, sel)
+            f_rec = n_rec + sel
+            pidx = sel // k                                                          # which frontier node
+            f_h = out.gather(1, pidx[:, :, None].expand(B, k, H))
+            f_buf = n0 + pidx
+            n_rec += k * k
+            level += 1
+            level_ms = 1000 * (time.perf_counter() - t0)
+        all_s = torch.cat(scores, 1)
+        all_t = torch.cat(tokens, 1)
+        all_p = torch.cat(parents, 1)
+        n = max(0, min(self._tree_size(scores, level), n_draft, all_s.shape[1]))
+        order = torch.sort(all_s, dim=-1, descending=True, stable=True).indices[:, :n]
+        chosen = order.sort(dim=-1).values                                            # parents first
+        inv = torch.zeros(B, all_s.shape[1], dtype=torch.long, device=dev)
+        inv.scatter_(1, chosen, torch.arange(1, n + 1, device=dev).expand(B, n))
+        par_rec = all_p.gather(1, chosen)
+        par_node = torch.where(par_rec < 0, 0, inv.gather(1, par_rec.clamp(min=0)))
+        toks = all_t.gather(1, chosen).tolist()
+        pars = par_node.tolist()
+        return [DraftTree([roots[b], *toks[b]], [-1, *pars[b]]) for b in range(B)]
+
+
+def drafter_level_fn(proposer: Eagle4Proposer, batch: int, width: int, context: int = 256):
+    """A callable running ONE draft level (a bound proposer's drafter over `width` nodes for each of `batch`
+    sequences, attention over a full window of context plus the nodes, then the head's top-k): what the
+    cost table's drafter column measures. Inputs are synthetic; the proposer's own state is untouched."""
+    proposer._need_bound()
+    d = proposer.drafter
+    c = d.cfg
+    dev, dt = proposer.cache.device, proposer.cache.dtype
+    R = min(context, c.window or context)
+    g = torch.Generator(device="cpu").manual_seed(0)
+    h = torch.randn(batch, width, c.hidden_size, generator=g).to(dev, dt)
+    tok = torch.randint(0, c.vocab_size, (batch, width), generator=g).to(dev)
+    rk = torch.randn(batch, c.num_key_value_heads, R, c.head_dim, generator=g).to(dev, dt)
+    rv = torch.randn_like(rk)
+    qpos = torch.full((batch, width), context, device=dev)
+    mask = torch.ones(batch, 1, width, R + width, dtype=torch.bool, device=dev)
+    k = max(1, min(proposer.top_k, width))
+
+    def run():
+        hh, x = d.inputs(h, tok, fuse=False)
+        q, kk, vv = d.project(x, qpos)
+        attn = F.scaled_dot_product_attention(q, torch.cat([rk, kk.to(dt)], 2), torch.cat([rv, vv.to(dt)], 2),
+                                              attn_mask=mask, enable_gqa=True)
+        return d.topk(d.finish(hh, attn).reshape(batch * width, -1), k)
+
+    return run
+
+
+@register("eagle4-tree")
+class Eagle4Tree(Eagle4Proposer):
+    """Static EAGLE-2 tree: top_k = min(8, L-1), depth up to L-1, the L-1 best nodes + root."""
+
+    default_top_k = 8
+
+
+@register("eagle4-chain")
+class Eagle4Chain(Eagle4Proposer):
+    """N = L-1 greedy drafts."""
+
+    default_top_k = 1
+
+    def __init__(self, budget: int, **options: Any) -> None:
+        options.pop("top_k", None)
+        super().__init__(budget, top_k=1, **options)

@@ -1,0 +1,398 @@
+"""Training-time test (TTT) training of the EAGLE-4 drafter against the target's own distributions.
+
+Per sample (prompt + regenerated response, features from features.py):
+  step 0: pairs (feature_t, token_{t+1}) at position t for every t; causal sliding-window attention.
+  step j: row t takes step j-1's pre-norm output at row t and token_{t+1+j}, at position t+j; it sees the
+          step-0 keys at positions <= t inside the window (p > t+j-W) plus only the DIAGONAL keys of steps
+          1..j at row t (its own chain), exactly what a depth-j node sees at draft time.
+  loss:   soft cross-entropy against the target's next-token distribution (top-k cached), on rows whose
+          predicted token lies in the response; total = sum_j 0.8^j L_j.
+  head:   the low-rank factors A, B get their own loss on the (detached) normed drafter states: soft
+          cross-entropy of softmax((h A) B) against the target distribution, which pushes the tokens the
+          target will pick into the low-rank top-K. Recall@K is logged.
+AdamW (betas 0.9/0.95), linear warmup + cosine decay, gradient clipping, a seed for init and data order,
+checkpoints every few minutes (atomic), exact resume (step, epoch, cursor, optimizer, RNG), a rich progress
+bar and a plain log file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from reference_eagle4.drafters.eagle4 import Eagle4Config, Eagle4Drafter
+
+
+@dataclass
+class TrainConfig:
+    ttt_steps: int = 5
+    decay: float = 0.8
+    lr: float = 1e-3
+    lr_lowrank: float = 3e-4
+    weight_decay: float = 0.0
+    warmup_frac: float = 0.04
+    min_lr_ratio: float = 0.1
+    accum: int = 2                    # samples per optimizer step
+    steps: int | None = None          # optimizer steps; None = as many as `minutes` allow
+    minutes: float | None = None
+    seed: int = 0
+    ckpt_every_s: float = 240.0
+    lowrank_weight: float = 1.0
+    window: int | None = 256
+    rank: int = 64
+    topk_candidates: int = 64
+    init_std: float = 0.02
+    init_passthrough: bool = False    # fc starts as [0, 0, I]: the residual stream begins at the high feature
+    eval_frac: float = 0.05
+    max_rows: int = 384               # loss rows per sample (longer responses use their first rows)
+    lowrank_rows: int = 96            # rows per sample for the low-rank head loss (random subset)
+    vocab: int | None = None          # draft vocabulary size (d2t, most teacher mass); None = full vocabulary
+    threads: int | None = None
+
+
+class HeadSoftCE(torch.autograd.Function):
+    """Per-row soft cross-entropy of softmax(hn @ W.T) against a sparse teacher (top_p at top_i), fused.
+
+    The logits are one bf16 matmul; backward forms softmax - teacher in place and multiplies back by W,
+    so the [rows, V] tensor is touched a handful of times instead of once per autograd op.
+    Returns (loss per row, argmax per row).
+    """
+
+    @staticmethod
+    def forward(ctx, hn: Tensor, W: Tensor, top_p: Tensor, top_i: Tensor):  # type: ignore[override]
+        z = (hn.to(W.dtype) @ W.T).float()
+        lse = z.logsumexp(-1)
+        loss = lse - (z.gather(1, top_i) * top_p).sum(-1)
+        arg = z.argmax(-1)
+        ctx.save_for_backward(z, lse, W, top_p, top_i)
+        ctx.hn_dtype = hn.dtype
+        ctx.mark_non_differentiable(arg)
+        return loss, arg
+
+    @staticmethod
+    def backward(ctx, g_loss: Tensor, g_arg: Tensor):  # type: ignore[override]
+        z, lse, W, top_p, top_i = ctx.saved_tensors
+        grad = z.sub_(lse[:, None]).exp_().mul_(g_loss[:, None])
+        grad.scatter_add_(1, top_i, -top_p * g_loss[:, None])
+        return (grad.to(W.dtype) @ W).to(ctx.hn_dtype), None, None, None
+
+
+def draft_vocab(samples: list[dict[str, Any]], size: int, vocab_size: int) -> Tensor:
+    """The `size` tokens with the most teacher probability mass in the data (ascending ids, like EAGLE-3).
+
+    Tokens the data never shows are ranked by id (BPE merge order, roughly frequency) through a tiny prior."""
+    mass = 1e-9 * (1.0 - torch.arange(vocab_size, dtype=torch.float64) / vocab_size)
+    for s in samples:
+        mass.index_add_(0, s["top_i"].reshape(-1).long(), s["top_p"].reshape(-1).double())
+        mass.index_add_(0, s["tokens"].long(), torch.full((len(s["tokens"]),), 1e-3, dtype=torch.float64))
+    return mass.topk(min(size, vocab_size)).indices.sort().values
+
+
+def split(samples: list[dict[str, Any]], eval_frac: float) -> tuple[list[dict], list[dict]]:
+    """Deterministic train/eval split by id (independent of the seed and of the sample count)."""
+    import zlib
+
+    ev = [s for s in samples if zlib.crc32(s["id"].encode()) % 1000 < eval_frac * 1000]
+    tr = [s for s in samples if zlib.crc32(s["id"].encode()) % 1000 >= eval_frac * 1000]
+    return tr, ev
+
+
+class TTT:
+    """The unrolled forward over one sample; shared by training and evaluation."""
+
+    def __init__(self, drafter: Eagle4Drafter, embed: Tensor, head_bf16: Tensor, cfg: TrainConfig):
+        self.d, self.E, self.cfg = drafter, embed, cfg
+        c = drafter.cfg
+        if drafter.d2t is not None:          # draft vocabulary: rows of the head, target id -> draft index
+            self.W = head_bf16[drafter.d2t].contiguous()
+            self.t2d = torch.full((c.vocab_size,), -1, dtype=torch.long)
+            self.t2d[drafter.d2t] = torch.arange(drafter.d2t.numel())
+        else:
+            self.W, self.t2d = head_bf16, None
+        self.rep = c.num_attention_heads // c.num_key_value_heads
+        self.scale = 1.0 / math.sqrt(c.head_dim)
+
+    def _qkv(self, h: Tensor, tok: Tensor, pos: Tensor, fuse: bool) -> tuple[Tensor, ...]:
+        d = self.d
+        if fuse:
+            h = d.fc(h)
+        e = F.embedding(tok, self.E)
+        x = torch.cat([d.input_norm(e), d.hidden_norm(h)], -1)
+        q, k, v = d.project(x[None], pos[None])
+        return h, q, k.repeat_interleave(self.rep, 1), v.repeat_interleave(self.rep, 1)
+
+    def soft_ce(self, logits: Tensor, top_p: Tensor, top_i: Tensor) -> Tensor:
+        lse = logits.logsumexp(-1)
+        return lse - (logits.gather(1, top_i) * top_p).sum(-1)
+
+    def unroll(self, feats: Tensor, tokens: Tensor, r0: int, r1: int):
+        """Yield (j, Q, g_j) for j = 0..ttt_steps-1: the pre-norm outputs of rows Q = r0..r1-1 at step j.
+
+        Row t at step j holds token x_{t+1+j} at position t+j (the depth-j node after accepted position t)."""
+        cfg, d = self.cfg, self.d
+        T = tokens.numel()
+        n = feats.shape[0]                           # pairs 0..n-1 serve as step-0 keys
+        Q = torch.arange(r0, r1)
+        W = cfg.window
+        h0, q, K0, V0 = self._qkv(feats, tokens[1: n + 1], torch.arange(n), fuse=True)
+        key = torch.arange(n)
+        diag_k: list[Tensor] = []
+        diag_v: list[Tensor] = []
+        g = h0[Q]
+        for j in range(cfg.ttt_steps):
+            h_in = g
+            if j == 0:
+                qj = q[:, :, Q]
+            else:
+                tok = tokens[(Q + 1 + j).clamp(max=T - 1)]
+                _, qj, kj, vj = self._qkv(h_in, tok, Q + j, fuse=False)
+                diag_k.append(kj)
+                diag_v.append(vj)
+            vis = key[None, :] <= Q[:, None]
+            if W is not None:
+                vis = vis & (key[None, :] > Q[:, None] + j - W)
+            s0 = (qj @ K0.transpose(-1, -2)) * self.scale
+            s0 = s0.masked_fill(~vis, float("-inf"))
+            if j == 0:
+                attn = s0.softmax(-1) @ V0
+            else:
+                sd = torch.stack([(qj * kk).sum(-1) for kk in diag_k], -1) * self.scale
+                p = torch.cat([s0, sd], -1).softmax(-1)
+                attn = p[..., :n] @ V0 + (p[..., n:, None] * torch.stack(diag_v, -2)).sum(-2)
+            g = d.finish(h_in[None], attn)[0]
+            yield j, Q, g
+
+    def run(self, s: dict[str, Any], stats: dict[str, list[float]] | None = None) -> Tensor:
+        cfg, d = self.cfg, self.d
+        tokens = s["tokens"].long()
+        T, P = tokens.numel(), s["prompt_len"]
+        r0 = max(P - 2, 0)
+        r1 = min(T - 2, r0 + cfg.max_rows)           # rows r0..r1-1 (predict x_{t+2}, inside the response)
+        if r1 <= r0:
+            return torch.zeros((), requires_grad=True)
+        n = min(T - 1, r1)
+        feats = s["feats"][:n].float().reshape(n, -1)
+        top_p, top_i = s["top_p"].float(), s["top_i"].long()
+        total = torch.zeros(())
+        for j, Q, g in self.unroll(feats, tokens, r0, r1):
+            # rows whose predicted token x_{t+2+j} exists; target distribution at position t+1+j
+            valid = Q + 2 + j <= T - 1
+            if not bool(valid.any()):
+                break
+            rows = Q[valid] + 1 + j - (P - 1)
+            tp, ti = top_p[rows], top_i[rows]
+            hn = d.norm(g[valid])
+            if self.t2d is not None:         # teacher restricted to the draft vocabulary, renormalised
+                ti = self.t2d[ti]
+                tp = tp * (ti >= 0)
+                keep = ti[:, 0] >= 0         # rows whose teacher argmax is outside are masked (EAGLE-3)
+                if not bool(keep.any()):
+                    continue
+                hn, tp, ti = hn[keep], tp[keep], ti[keep].clamp(min=0)
+                tp = tp / tp.sum(-1, keepdim=True)
+            per_row, arg = HeadSoftCE.apply(hn, self.W, tp, ti)
+            lj = per_row.mean()
+            total = total + (cfg.decay ** j) * lj
+            if stats is not None:
+                stats.setdefault(f"loss{j}", []).append(float(lj.detach()))
+                stats.setdefault(f"acc{j}", []).append(float((arg == ti[:, 0]).float().mean()))
+            if j == 0 and cfg.lowrank_weight > 0:
+                sub = torch.randperm(hn.shape[0])[: cfg.lowrank_rows]
+                sc = d.lr_b(d.lr_a(hn.detach()[sub]))
+                ll = self.soft_ce(sc, tp[sub], ti[sub]).mean()
+                total = total + cfg.lowrank_weight * ll
+                if stats is not None:
+                    K = d.cfg.topk_candidates
+                    cand = sc.detach().topk(K, -1).indices
+                    stats.setdefault("lr_loss", []).append(float(ll.detach()))
+                    stats.setdefault("lr_recall", []).append(
+                        float((cand == ti[sub, :1]).any(-1).float().mean()))
+                    stats.setdefault("lr_recall_draft", []).append(
+                        float((cand == arg[sub, None]).any(-1).float().mean()))
+        return total
+
+
+def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
+    warm = max(1, int(cfg.warmup_frac * total))
+    if step < warm:
+        return (step + 1) / warm
+    prog = min(1.0, (step - warm) / max(1, total - warm))
+    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * prog))
+
+
+def build_drafter(target_args, cfg: TrainConfig, embed: Tensor, head: Tensor,
+                  d2t: Tensor | None = None) -> Eagle4Drafter:
+    torch.manual_seed(cfg.seed)
+    dcfg = Eagle4Config.for_target(target_args, window=cfg.window, rank=cfg.rank,
+                                   topk_candidates=cfg.topk_candidates,
+                                   draft_vocab_size=None if d2t is None else int(d2t.numel()))
+    d = Eagle4Drafter(dcfg)
+    if d2t is not None:
+        d.d2t = d2t.clone()
+    g = torch.Generator().manual_seed(cfg.seed)
+    d.reset_parameters(std=cfg.init_std, generator=g)
+    if cfg.init_passthrough:
+        H, Ht = d.cfg.hidden_size, d.cfg.target_hidden_size
+        with torch.no_grad():
+            d.fc.weight[:, -Ht:] += torch.eye(H, Ht)
+    d.attach(embed, head)                        # SVD init of A, B from the target's lm_head
+    return d.train()
+
+
+def _optimizer(d: Eagle4Drafter, cfg: TrainConfig) -> torch.optim.Optimizer:
+    lowrank = list(d.lr_a.parameters()) + list(d.lr_b.parameters())
+    ids = {id(p) for p in lowrank}
+    rest = [p for p in d.parameters() if id(p) not in ids and p.requires_grad]
+    return torch.optim.AdamW([{"params": rest, "lr": cfg.lr}, {"params": lowrank, "lr": cfg.lr_lowrank}],
+                             betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+@torch.no_grad()
+def evaluate(ttt: TTT, samples: list[dict[str, Any]]) -> dict[str, float]:
+    stats: dict[str, list[float]] = {}
+    ttt.d.eval()
+    for s in samples:
+        ttt.run(s, stats)
+    ttt.d.train()
+    return {k: round(_mean(v), 4) for k, v in sorted(stats.items())}
+
+
+def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: TrainConfig, resume: bool = True,
+          log: Callable[[str], None] = print, progress: bool = True,
+          stop_after: int | None = None) -> tuple[Eagle4Drafter, dict[str, Any]]:
+    """Train (or resume) a drafter on feature samples; checkpoints live in out_dir/ckpt.pt.
+
+    stop_after: leave after this many steps of this call (checkpointed), as an interruption would."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ckpt_path = out_dir / "ckpt.pt"
+    embed = target.embed.weight.detach().float()
+    head = getattr(target.lm_head, "weight", None)
+    head = (head if head is not None else target.embed.weight).detach()
+    d2t = None
+    if cfg.vocab and cfg.vocab < target.args.vocab_size:
+        ck_vocab = torch.load(ckpt_path, weights_only=False)["drafter"].get("d2t") \
+            if resume and ckpt_path.exists() else None
+        d2t = ck_vocab if ck_vocab is not None else draft_vocab(samples, cfg.vocab, target.args.vocab_size)
+    d = build_drafter(target.args, cfg, embed, head.float(), d2t)
+    head_bf16 = head.to(torch.bfloat16).contiguous()
+    ttt = TTT(d, embed, head_bf16, cfg)
+    opt = _optimizer(d, cfg)
+    train_set, eval_set = split(samples, cfg.eval_frac)
+    if not train_set:
+        train_set = samples
+    if not eval_set:                     # nothing held out: report on (part of) the training data
+        eval_set = train_set[:16]
+    state = {"step": 0, "epoch": 0, "cursor": 0, "total": cfg.steps, "elapsed": 0.0, "history": []}
+    if resume and ckpt_path.exists():
+        ck = torch.load(ckpt_path, weights_only=False)
+        d.load_state_dict(ck["drafter"])
+        opt.load_state_dict(ck["optimizer"])
+        state = ck["state"]
+        torch.set_rng_state(ck["rng"])
+        log(f"train: resumed at step {state['step']}/{state['total']} (epoch {state['epoch']}, "
+            f"{state['elapsed']:.0f} s trained)")
+    else:
+        log(f"train: {len(train_set)} train / {len(eval_set)} eval samples, config {json.dumps(asdict(cfg))}")
+
+    def order(epoch: int) -> list[int]:
+        idx = list(range(len(train_set)))
+        random.Random(cfg.seed * 1000 + epoch).shuffle(idx)
+        return idx
+
+    def save() -> None:
+        tmp = ckpt_path.with_suffix(".tmp")
+        torch.save({"drafter": d.state_dict(), "optimizer": opt.state_dict(), "state": state,
+                    "rng": torch.get_rng_state(), "config": asdict(cfg),
+                    "drafter_config": d.cfg.to_json()}, tmp)
+        tmp.replace(ckpt_path)
+
+    budget_s = cfg.minutes * 60 if cfg.minutes else float("inf")
+    t_start = time.time() - state["elapsed"]
+    last_ckpt = time.time()
+    if state["total"] is None and not cfg.minutes:
+        raise ValueError("give steps or minutes")
+    perm = order(state["epoch"])
+    start_step = state["step"]
+    t_mark = time.time()
+    window: dict[str, list[float]] = {}
+    bar = Progress(TextColumn("[bold]eagle4 TTT"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                   TimeElapsedColumn(), TimeRemainingColumn(), disable=not progress)
+    with bar:
+        task = bar.add_task("train", total=state["total"] or 1, completed=state["step"], info="")
+        while True:
+            total = state["total"]
+            if total is not None and state["step"] >= total:
+                break
+            if time.time() - t_start > budget_s:
+                log("train: time budget reached")
+                break
+            if stop_after is not None and state["step"] - start_step >= stop_after:
+                save()
+                log(f"train: stopped after {stop_after} steps (step {state['step']})")
+                return d, state
+            t0 = time.time()
+            for group, base in zip(opt.param_groups, (cfg.lr, cfg.lr_lowrank)):
+                group["lr"] = base * lr_at(state["step"], total or 1000, cfg)
+            opt.zero_grad(set_to_none=True)
+            for _ in range(cfg.accum):
+                if state["cursor"] >= len(perm):
+                    state["epoch"] += 1
+                    state["cursor"] = 0
+                    perm = order(state["epoch"])
+                s = train_set[perm[state["cursor"]]]
+                state["cursor"] += 1
+                loss = ttt.run(s, window) / cfg.accum
+                loss.backward()
+            torch.nn.utils.clip_grad_norm_(d.parameters(), 1.0)
+            opt.step()
+            state["step"] += 1
+            state["elapsed"] = time.time() - t_start
+            if total is None and state["step"] == start_step + 8:
+                # fix the schedule from the measured speed (steps 3..8: past the first-call warm-up)
+                per = (time.time() - t_mark) / 6
+                left = budget_s - (time.time() - t_start)
+                state["total"] = state["step"] + max(2, int(left / per * 0.97))
+                log(f"train: {per:.2f} s/step measured -> {state['total']} steps in the time budget")
+                bar.update(task, total=state["total"])
+            if state["step"] == start_step + 2:
+                t_mark = time.time()
+            info = f"loss0 {_mean(window.get('loss0', [])[-20:]):.3f} acc0 {_mean(window.get('acc0', [])[-20:]):.3f}"
+            bar.update(task, completed=state["step"], info=info)
+            if state["step"] % 20 == 0:
+                summary = {k: round(_mean(v), 4) for k, v in sorted(window.items())}
+                summary.update(step=state["step"], epoch=state["epoch"], lr=round(opt.param_groups[0]["lr"], 6),
+                               s_per_step=round(time.time() - t0, 2), elapsed=round(state["elapsed"]))
+                state["history"].append(summary)
+                log("train: " + json.dumps(summary))
+                window = {}
+            if time.time() - last_ckpt > cfg.ckpt_every_s:
+                save()
+                last_ckpt = time.time()
+                log(f"train: checkpoint at step {state['step']}")
+    save()
+    metrics = evaluate(ttt, eval_set)
+    state["eval"] = metrics
+    save()
+    log(f"train: done at step {state['step']} ({state['elapsed']:.0f} s); eval {json.dumps(metrics)}")
+    d.eval().requires_grad_(False)
+    d.lowrank_ready = True
+    return d, state

@@ -1,0 +1,72 @@
+"""`eagle4-harness` through the engine: lossless, and its trees follow the cost table and the batch."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from eagle4_helpers import bigram_drafter, bigram_target  # noqa: E402
+
+from reference_eagle4.calibration import CostTable  # noqa: E402
+from reference_eagle4.engine import Engine, GenerationConfig, Request  # noqa: E402
+from reference_eagle4.proposers import PROPOSERS  # noqa: E402
+
+TOKENS = [1, 2, 4, 8, 16, 32, 64]
+
+
+def table(per_token_ms: float, per_batch: float = 0.0, base_ms: float = 10.0) -> CostTable:
+    """verify = base + per_token_ms * tokens * (1 + per_batch * (batch - 1)); drafting is timed live."""
+    batches, contexts = [1, 8], [64, 512]
+    verify = [[[base_ms + per_token_ms * t * (1 + per_batch * (b - 1)) for t in TOKENS] for _ in contexts]
+              for b in batches]
+    return CostTable({"device": "synthetic"}, batches, contexts, TOKENS, verify)
+
+
+@pytest.fixture(scope="module")
+def bigram():
+    t = bigram_target()
+    g = torch.Generator().manual_seed(0)
+    reqs = [Request(f"r{i}", torch.randint(0, 256, (n,), generator=g).tolist())
+            for i, n in enumerate([5, 30, 12, 40, 3, 17, 9, 22])]
+    return t, reqs
+
+
+def run(target, reqs, method, C, **options):
+    p = PROPOSERS[method](budget=16, drafter=bigram_drafter(target, noise=0.02), **options)
+    eng = Engine(target, p, GenerationConfig(max_new_tokens=32, concurrency=C), max_len=160)
+    out = {}
+    eng.generate(reqs, lambda s: out.__setitem__(s.request.id, s))
+    steps = [st for s in out.values() for st in s.steps]
+    return {k: s.output for k, s in out.items()}, steps
+
+
+@pytest.mark.parametrize("C", [1, 3])
+def test_harness_is_lossless(bigram, C):
+    t, reqs = bigram
+    base, _ = run(t, reqs, "vanilla", 1)
+    out, steps = run(t, reqs, "eagle4-harness", C, table=table(0.5))
+    assert out == base
+    assert all(st["budget"] <= 16 and "levels" in st for st in steps)
+
+
+def test_flat_cost_table_gives_wider_trees_than_a_steep_one(bigram):
+    t, reqs = bigram
+    # a slow target (200 ms a step) makes the tiny drafter's own time negligible, isolating the table's shape
+    _, flat = run(t, reqs[:3], "eagle4-harness", 1, table=table(0.01, base_ms=200.0))
+    _, steep = run(t, reqs[:3], "eagle4-harness", 1, table=table(40.0, base_ms=200.0))
+    mean = lambda steps: sum(st["drafted"] for st in steps) / len(steps)  # noqa: E731
+    assert mean(flat) > mean(steep) + 2
+    assert mean(flat) > 10
+
+
+def test_trees_shrink_at_large_batch(bigram):
+    t, reqs = bigram
+    costs = table(0.4, per_batch=1.0)        # a batch of 8 makes every extra token 8x dearer
+    _, one = run(t, reqs, "eagle4-harness", 1, table=costs)
+    _, eight = run(t, reqs, "eagle4-harness", 8, table=costs)
+    mean = lambda steps: sum(st["drafted"] for st in steps) / len(steps)  # noqa: E731
+    assert mean(eight) < mean(one)

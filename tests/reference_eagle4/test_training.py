@@ -1,0 +1,172 @@
+"""EAGLE-4 training on a tiny random target: fused loss, features, a short TTT run whose loss falls,
+exact resume after an interruption, draft vocabulary, data formatting, pool disjointness."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from eagle4_helpers import bigram_target  # noqa: E402
+
+from reference_eagle4.engine import Engine, GenerationConfig, Request  # noqa: E402
+from reference_eagle4.proposers import PROPOSERS  # noqa: E402
+from reference_eagle4.training import regenerate as regen  # noqa: E402
+from reference_eagle4.training.features import teacher_pass  # noqa: E402
+from reference_eagle4.training.train import (  # noqa: E402
+    TTT, HeadSoftCE, TrainConfig, build_drafter, draft_vocab, evaluate, train)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def data():
+    """Greedy responses of a tiny target to random prompts, then its teacher-forced features."""
+    torch.set_num_threads(1)
+    t = bigram_target(layer_std=0.05)
+    g = torch.Generator().manual_seed(0)
+    reqs = [Request(f"s{i:02d}", torch.randint(0, 256, (int(n),), generator=g).tolist())
+            for i, n in enumerate(torch.randint(4, 24, (12,), generator=g))]
+    rows = []
+    eng = Engine(t, PROPOSERS["vanilla"](budget=1), GenerationConfig(max_new_tokens=40, concurrency=4), 96)
+    eng.generate(reqs, lambda s: rows.append({"id": s.request.id, "category": "chat",
+                                              "prompt_ids": s.request.prompt_ids, "output_ids": s.output}))
+    samples = teacher_pass(t, rows, tuple(t.args.eagle_layers), topk=8, batch=4, log=lambda m: None)
+    return t, sorted(samples, key=lambda s: s["id"])
+
+
+def test_features_layout(data):
+    t, samples = data
+    s = samples[0]
+    T, P = len(s["tokens"]), s["prompt_len"]
+    assert s["feats"].shape == (T, 3, t.args.dim) and s["feats"].dtype == torch.bfloat16
+    assert s["top_p"].shape == (T - P, 8) and s["top_i"].shape == (T - P, 8)
+    assert torch.allclose(s["top_p"].float().sum(-1), torch.ones(T - P), atol=1e-2)
+    # teacher argmax at the position before each response token is that token (greedy regeneration)
+    assert torch.equal(s["top_i"][:, 0].long(), s["tokens"][P:].long())
+
+
+def test_fused_head_loss_matches_autograd():
+    g = torch.Generator().manual_seed(0)
+    hn = torch.randn(5, 16, generator=g, requires_grad=True)
+    W = torch.randn(40, 16, generator=g)
+    tp = torch.rand(5, 3, generator=g)
+    tp = tp / tp.sum(-1, keepdim=True)
+    ti = torch.randint(0, 40, (5, 3), generator=g)
+    loss, arg = HeadSoftCE.apply(hn, W, tp, ti)
+    grad, = torch.autograd.grad(loss.sum(), hn)
+    z = hn @ W.T
+    ref = z.logsumexp(-1) - (z.gather(1, ti) * tp).sum(-1)
+    ref_grad, = torch.autograd.grad(ref.sum(), hn)
+    assert torch.allclose(loss, ref, atol=1e-4) and torch.equal(arg, z.argmax(-1))
+    assert torch.allclose(grad, ref_grad, atol=1e-4)
+
+
+def tiny_cfg(**kw) -> TrainConfig:
+    base = dict(ttt_steps=3, lr=3e-3, lr_lowrank=3e-3, accum=2, eval_frac=0.0, ckpt_every_s=1e9, window=16,
+                rank=16, topk_candidates=32, init_std=0.05, seed=0)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_training_reduces_loss(data, tmp_path):
+    t, samples = data
+    cfg = tiny_cfg(steps=20)
+    emb = t.embed.weight.detach()
+    head = t.lm_head.weight.detach()
+    before = evaluate(TTT(build_drafter(t.args, cfg, emb, head), emb, head.to(torch.bfloat16), cfg), samples)
+    d, state = train(samples, t, tmp_path, cfg, resume=False, log=lambda m: None, progress=False)
+    after = state["eval"]
+    assert state["step"] == 20 and (tmp_path / "ckpt.pt").exists()
+    assert after["loss0"] < before["loss0"] - 0.3
+    assert after["loss2"] < before["loss2"]
+    assert after["acc0"] >= before["acc0"]
+    assert 0.0 <= after["lr_recall"] <= 1.0
+
+
+def test_resume_after_interruption_is_exact(data, tmp_path):
+    t, samples = data
+    straight, _ = train(samples, t, tmp_path / "a", tiny_cfg(steps=8), resume=False, log=lambda m: None,
+                        progress=False)
+    # "interrupted" after 3 steps (checkpoint on every step), then resumed to the end
+    cfg = tiny_cfg(steps=8, ckpt_every_s=0.0)
+    train(samples, t, tmp_path / "b", cfg, resume=False, log=lambda m: None, progress=False, stop_after=3)
+    ck = torch.load(tmp_path / "b" / "ckpt.pt", weights_only=False)
+    assert ck["state"]["step"] == 3
+    logs: list[str] = []
+    resumed, state = train(samples, t, tmp_path / "b", cfg, resume=True, log=logs.append, progress=False)
+    assert state["step"] == 8 and any("resumed at step 3" in m for m in logs)
+    for (n, a), (_, b) in zip(straight.state_dict().items(), resumed.state_dict().items()):
+        assert torch.allclose(a, b, atol=1e-6), n
+
+
+def test_draft_vocabulary_training(data, tmp_path):
+    t, samples = data
+    vocab = draft_vocab(samples, 64, t.args.vocab_size)
+    assert vocab.numel() == 64 and torch.equal(vocab, vocab.sort().values)
+    seen = torch.cat([s["top_i"][:, 0] for s in samples]).long().unique()
+    assert set(seen.tolist()) <= set(vocab.tolist()) or seen.numel() > 64
+    d, state = train(samples, t, tmp_path, tiny_cfg(steps=4, vocab=64), resume=False, log=lambda m: None,
+                     progress=False)
+    assert d.cfg.draft_vocab_size == 64 and torch.equal(d.d2t, vocab)
+    d.save(tmp_path / "export")
+    from reference_eagle4.drafters.eagle4 import load_drafter
+    e = load_drafter(tmp_path / "export")
+    assert torch.equal(e.d2t, vocab) and e.lowrank_ready
+
+
+# -- data ---------------------------------------------------------------------------------------------------
+def test_chat_formatting_and_order():
+    prompts = {"text-to-video": "T2V", "image-to-image": "I2I", "general": "GEN"}
+    row = {"id": "x", "category": "image-to-image", "prompt": "make it snow", "image_caption": "a red barn"}
+    msgs = regen.chat(row, prompts)
+    assert msgs[0]["content"] == "I2I"
+    assert msgs[1]["content"] == "user_prompt: make it snow\nimage_caption: a red barn"
+    assert regen.chat({"id": "y", "category": "math", "prompt": "2+2?", "image_caption": None},
+                      prompts) == [{"role": "system", "content": "GEN"}, {"role": "user", "content": "2+2?"}]
+    rows = [{"id": f"c{i}", "category": "text-to-image"} for i in range(30)] + \
+           [{"id": f"g{i}", "category": "code"} for i in range(10)]
+    order = regen.ordered(rows, seed=1)
+    assert sorted(r["id"] for r in order) == sorted(r["id"] for r in rows)
+    head = order[:20]
+    assert 12 <= sum(r["category"] == "text-to-image" for r in head) <= 17
+    assert regen.ordered(rows, seed=1) == order
+
+
+def test_done_ids_skips_a_cut_line(tmp_path):
+    p = tmp_path / "r.jsonl"
+    p.write_text('{"id": "a", "output_ids": [1]}\n{"id": "b", "outp')
+    assert regen.done_ids(p) == {"a"}
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"\s+", " ", text.lower()).strip()
+
+
+@pytest.mark.skipif(not (ROOT / "data" / "train-pool.jsonl").exists(), reason="no training pool yet")
+def test_training_pool_is_disjoint_from_benchmarks():
+    pool = [_norm(r["prompt"]) for r in regen.load_pool(ROOT / "data" / "train-pool.jsonl")]
+    bench = []
+    for name in ("prompt-enhancement.jsonl", "fireworks.jsonl"):
+        for line in (ROOT / "data" / name).read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                bench.append(_norm(json.loads(line)["prompt"]))
+    bench_set = set(bench)
+    assert not bench_set & set(pool)
+    long_bench = [b for b in bench if len(b) >= 40]
+    for p in pool:
+        if len(p) >= 40:
+            assert not any(p in b or b in p for b in long_bench), p
