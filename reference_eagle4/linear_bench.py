@@ -8,24 +8,11 @@ repeats and the bandwidth floor (weight bytes / --bandwidth GB/s).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-
 import torch
 import torch.nn.functional as F
 
+from reference_eagle4.calibration import median_ms
 from reference_eagle4.model import PackedLinear
-
-
-def median_ms(fn, repeats: int) -> float:
-    for _ in range(3):
-        fn()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(samples)
 
 
 def main() -> None:
@@ -46,8 +33,8 @@ def main() -> None:
         for rows in args.rows:
             x = torch.randn(rows, args.in_features, dtype=dtype)
             with torch.inference_mode():
-                plain = median_ms(lambda: [F.linear(x, lin.weight) for lin in linears], args.repeats)
-                fast = median_ms(lambda: [p(x) for p in packed], args.repeats)
+                plain, _ = median_ms(lambda: [F.linear(x, lin.weight) for lin in linears], args.repeats, 3)
+                fast, _ = median_ms(lambda: [p(x) for p in packed], args.repeats, 3)
             print(f"| {str(dtype).removeprefix('torch.')} | {rows} | {plain:.1f} | {fast:.1f} | {floor:.1f} |")
 
 

@@ -92,6 +92,7 @@ class Eagle4Proposer(Proposer):
     """Shared machinery; the registered subclasses fix top_k/depth defaults."""
 
     default_top_k = 8
+    default_depth: int | None = None          # None: L-1
 
     def __init__(self, budget: int, drafter: str | Path | Eagle4Drafter | None = None,
                  target: "Transformer | None" = None, top_k: int | None = None, depth: int | None = None,
@@ -120,7 +121,9 @@ class Eagle4Proposer(Proposer):
             early_stop = early_stop.lower() not in ("0", "false", "no", "off")
         n = max(budget - 1, 0)
         self.top_k = max(1, min(top_k if top_k is not None else self.default_top_k, max(n, 1)))
-        self.depth = max(1, min(depth if depth is not None else n, max(n, 1)))
+        if depth is None:
+            depth = n if self.default_depth is None else self.default_depth
+        self.depth = max(1, min(depth, max(n, 1)))
         self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
         self.early_stop = early_stop
         self.capture = tuple(self.drafter.cfg.capture_layers)
@@ -408,9 +411,14 @@ def drafter_level_fn(proposer: Eagle4Proposer, batch: int, width: int, context: 
 
 @register("eagle4-tree")
 class Eagle4Tree(Eagle4Proposer):
-    """Static EAGLE-2 tree: top_k = min(8, L-1), depth up to L-1, the L-1 best nodes + root."""
+    """Static EAGLE-2 tree: top_k = min(8, L-1), depth min(8, L-1), the L-1 best nodes + root.
+
+    Depth 8 rather than L-1 by default: with the shipped drafter, depth 15 at L = 16 gave the same AL on
+    prompt-enhancement (2.05 both) for 12% more drafting time (few paths survive past depth 5); pass
+    `depth` to change it."""
 
     default_top_k = 8
+    default_depth = 8
 
 
 @register("eagle4-chain")

@@ -132,24 +132,32 @@ def drafter_step_ms(drafter_path: str | Path, target: str = "smollm2-135m", budg
                     reps: int = 30, heads: tuple[str, ...] = ("lowrank", "full"), dtype: str = "bfloat16",
                     options: dict[str, Any] | None = None) -> dict[str, float]:
     """Median wall time of one `propose` (catch-up of `pending` accepted tokens + every draft level) per head,
-    measured interleaved (A B A B ...) so that machine load affects both alike."""
+    at equal work (same levels), measured interleaved (A B A B ...) so that machine load affects both alike."""
     from types import SimpleNamespace
 
     from reference_eagle4.model import load_transformer, pack_linears
     from reference_eagle4.proposers import PROPOSERS
     from reference_eagle4.weights import resolve_target
 
+    from transformers import AutoTokenizer
+
     folder = resolve_target(target)
     model = pack_linears(load_transformer(folder, getattr(torch, dtype)))
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(100, 20000, (batch, context), generator=g)
+    tok = AutoTokenizer.from_pretrained(folder)
+    # real context: a bundled prompt plus its greedy continuation, so that the drafter is as confident as
+    # in a run; early stopping off and a fixed depth, so that every head drafts the same number of levels
+    reqs = bundled_requests(tok, Path(__file__).resolve().parents[2] / "data" / "prompt-enhancement.jsonl", 1)
+    base = run(model, PROPOSERS["vanilla"](budget=1), reqs, max_new_tokens=64)["outputs"]
+    seq_ids = (reqs[0].prompt_ids + base[reqs[0].id])[-context:]
+    ids = torch.tensor([seq_ids] * batch)
     cache = model.new_cache(batch, context + 8)
     with torch.inference_mode():
         _, hidden = model(ids, cache, capture=tuple(model.args.eagle_layers))
+    options = {"early_stop": False, **(options or {})}
     props = {}
     for head in heads:
         p = PROPOSERS[method](budget=budget, drafter=drafter_from_checkpoint(drafter_path), target=model,
-                              head=head, **(options or {}))
+                              head=head, **options)
         seqs = [SimpleNamespace(tokens=ids[b].tolist() + [7], slot=b, state=None) for b in range(batch)]
         with torch.inference_mode():
             for b, s in enumerate(seqs):

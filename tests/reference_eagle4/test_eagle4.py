@@ -285,7 +285,8 @@ def test_tree_is_ancestor_closed_and_budgeted(bigram):
         tree = p.propose([seq])[0]
     assert len(tree) == 12 and tree.parents[0] == -1
     assert all(0 <= par < i for i, par in enumerate(tree.parents) if i)        # parents first
-    assert p.top_k == 8 and p.depth == 11
+    assert p.top_k == 8 and p.depth == 8
+    assert PROPOSERS["eagle4-tree"](budget=5, drafter=bigram_drafter(t)).depth == 4
     chain = PROPOSERS["eagle4-chain"](budget=12, drafter=bigram_drafter(t), target=t)
     assert chain.top_k == 1 and chain.depth == 11
 
