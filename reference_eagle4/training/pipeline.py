@@ -46,13 +46,15 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train-eagle4
                   pool_path: str | Path | None = None, target: str = "smollm2-135m",
                   minutes: float | None = 90.0, steps: int | None = None, seed: int = 0, resume: bool = True,
                   regen_minutes: float | None = None, regen_limit: int | None = None,
-                  max_new_tokens: int = 160, concurrency: int = 8, threads: int | None = None,
+                  max_new_tokens: int = 160, concurrency: int = 8, threads: int | None = 2,
+                  regen_method: str = "ngram",
                   train_config: TrainConfig | None = None, progress: bool = True, echo: bool = True,
                   log: Callable[[str], None] | None = None) -> Path:
     """Train a drafter for `target` from `pool_path`; return the exported drafter folder.
 
     minutes: wall budget for the whole pipeline (regen gets `regen_minutes`, default a third; training
-    gets what is left after the features, minus a small export margin). steps: fixed optimizer steps
+    gets what is left after the features, minus a small export margin). The defaults reproduce the shipped
+    drafter (TrainConfig defaults; greedy regeneration with prompt-lookup speculation, 160 new tokens). steps: fixed optimizer steps
     instead of a time-based schedule. resume=False starts over (the folder's files are replaced).
     """
     if kind != "eagle4":
@@ -85,7 +87,8 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train-eagle4
     if left > 0.05:
         t0 = time.time()
         regenerate(pool, out / "regen.jsonl", folder, max_new_tokens=max_new_tokens, concurrency=concurrency,
-                   seed=seed, limit=regen_limit, minutes=left, log=say)
+                   seed=seed, limit=regen_limit, minutes=left, method=regen_method,
+                   budget=8 if regen_method == "ngram" else 1, log=say)
         secs["regen"] = secs.get("regen", 0.0) + time.time() - t0
         _save_state(st_path, st)
 
@@ -117,7 +120,7 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train-eagle4
         "samples": len(samples), "response_tokens": n_tok, "steps": state["step"], "epochs": state["epoch"],
         "seconds": {k: round(v) for k, v in secs.items()}, "wall_minutes": round(sum(secs.values()) / 60, 1),
         "eval": state.get("eval", {}), "train_config": asdict(cfg), "regen": {
-            "max_new_tokens": max_new_tokens, "concurrency": concurrency, "decoding": "greedy",
+            "max_new_tokens": max_new_tokens, "concurrency": concurrency, "decoding": f"greedy ({regen_method})",
             "dtype": "bfloat16 (packed)"},
         "last_log": state["history"][-1] if state["history"] else {},
     }

@@ -36,26 +36,26 @@ from reference_eagle4.drafters.eagle4 import Eagle4Config, Eagle4Drafter
 class TrainConfig:
     ttt_steps: int = 5
     decay: float = 0.8
-    lr: float = 1e-3
-    lr_lowrank: float = 3e-4
+    lr: float = 2e-3
+    lr_lowrank: float = 1e-3
     weight_decay: float = 0.0
     warmup_frac: float = 0.04
     min_lr_ratio: float = 0.1
-    accum: int = 2                    # samples per optimizer step
+    accum: int = 1                    # samples per optimizer step
     steps: int | None = None          # optimizer steps; None = as many as `minutes` allow
     minutes: float | None = None
     seed: int = 0
-    ckpt_every_s: float = 240.0
+    ckpt_every_s: float = 180.0
     lowrank_weight: float = 1.0
     window: int | None = 256
     rank: int = 64
     topk_candidates: int = 64
     init_std: float = 0.02
-    init_passthrough: bool = False    # fc starts as [0, 0, I]: the residual stream begins at the high feature
+    init_passthrough: bool = True     # fc starts as [0, 0, I]: the residual stream begins at the high feature
     eval_frac: float = 0.05
     max_rows: int = 384               # loss rows per sample (longer responses use their first rows)
     lowrank_rows: int = 96            # rows per sample for the low-rank head loss (random subset)
-    vocab: int | None = None          # draft vocabulary size (d2t, most teacher mass); None = full vocabulary
+    vocab: int | None = 32768         # draft vocabulary size (d2t, most teacher mass); None = full vocabulary
     threads: int | None = None
 
 
