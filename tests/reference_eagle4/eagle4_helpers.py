@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from reference_eagle4.drafters.eagle4 import Eagle4Config, Eagle4Drafter
@@ -72,3 +73,12 @@ def bigram_drafter(target: Transformer, sharp: float = 4.0, noise: float = 0.0, 
             for lin in (d.qkv, d.o, d.gate_up, d.down):
                 lin.weight.add_(noise * torch.randn(lin.weight.shape, generator=g))
     return d.eval()
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny ops run fastest (and least disturbed by other load) on one thread."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -12,22 +12,13 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from eagle4_helpers import bigram_drafter, bigram_target, tiny_drafter, tiny_target  # noqa: E402
+from eagle4_helpers import bigram_drafter, bigram_target, one_thread, tiny_drafter, tiny_target  # noqa: E402,F401
 
 from reference_eagle4.drafters.eagle4 import Eagle4Config, Eagle4Drafter, load_drafter  # noqa: E402
 from reference_eagle4.engine import Engine, GenerationConfig, Request  # noqa: E402
 from reference_eagle4.proposers import PROPOSERS  # noqa: E402
 from reference_eagle4.proposers.eagle4 import Eagle4Proposer  # noqa: E402
 from reference_eagle4.training.train import TTT, TrainConfig  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny ops run fastest (and least disturbed by other load) on one thread."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from eagle4_helpers import bigram_target  # noqa: E402
+from eagle4_helpers import bigram_target, one_thread  # noqa: E402,F401
 
 from reference_eagle4.engine import Engine, GenerationConfig, Request  # noqa: E402
 from reference_eagle4.proposers import PROPOSERS  # noqa: E402
@@ -22,14 +22,6 @@ from reference_eagle4.training.train import (  # noqa: E402
     TTT, HeadSoftCE, TrainConfig, build_drafter, draft_vocab, evaluate, train)
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")
