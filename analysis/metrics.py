@@ -155,6 +155,20 @@ def throughput(records: Iterable[Record]) -> dict[str, float | None]:
     }
 
 
+def verified_drafts(records: Iterable[Record]) -> dict[str, float | None]:
+    """Mean drafted tokens verified per step (what adaptive methods shrink under load), and for methods that
+    record a predicted acceptance per step (dspark's `pred_accept`) its Pearson correlation with the
+    accepted count: how well the confidence head, and so the chosen lengths, track reality."""
+    steps = _steps(records)
+    pred = [(s["pred_accept"], s["accepted"]) for s in steps if "pred_accept" in s]
+    corr = None
+    if len(pred) > 2:
+        a = np.array(pred, dtype=float)
+        if a[:, 0].std() > 0 and a[:, 1].std() > 0:
+            corr = float(np.corrcoef(a[:, 0], a[:, 1])[0, 1])
+    return {"drafted_mean": _mean([s["drafted"] for s in steps]), "pred_accept_corr": corr}
+
+
 def summarize_records(records: list[Record]) -> dict[str, Any]:
     """Every metric for one set of records, flat so tables can pick columns by name.
 
@@ -173,6 +187,7 @@ def summarize_records(records: list[Record]) -> dict[str, Any]:
         "hit_rate_conditional": hits["conditional"],
         "acceptance_histogram": {str(k): v for k, v in acceptance_histogram(ok).items()},
         "entropy_quartiles": al_by_entropy_quartile(ok),
+        **verified_drafts(ok),
         **throughput(ok),
     }
 

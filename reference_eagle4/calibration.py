@@ -106,6 +106,26 @@ def find_table(key: dict[str, Any], folder: Path | None = None) -> CostTable | N
     return CostTable.load(path) if path.exists() else None
 
 
+# The small grid measured in-process when no table matches this device (~10-20 s on a 2-core CPU).
+QUICK_GRID = dict(batches=(1, 8), contexts=(256, 1024), tokens=(1, 4, 16, 32), repeats=2)
+
+
+def table_for(model: Transformer, who: str) -> tuple[CostTable, str]:
+    """The calibrated table matching this run, else a quick in-process one (with a warning naming `who`).
+
+    Returns (table, where it came from) for the run manifest."""
+    import warnings
+
+    key = device_key(model)
+    table = find_table(key)
+    if table is not None:
+        return table, "calibrated (specbench calibrate)"
+    warnings.warn(
+        f"{who}: no cost table for {key['device']} ({key['dtype']}, {key['threads']} threads): measuring a "
+        "small grid in-process now; run `specbench calibrate` once for a full table", stacklevel=3)
+    return calibrate(model, **QUICK_GRID), "quick in-process grid"
+
+
 def median_ms(fn: Callable[[], Any], repeats: int, warmup: int) -> tuple[float, list[float]]:
     for _ in range(warmup):
         fn()

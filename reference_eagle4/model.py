@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Callable
 from pathlib import Path
 
 import torch
@@ -52,8 +53,10 @@ class ModelArgs:
 
     @property
     def eagle_layers(self) -> tuple[int, int, int]:
-        """Layers whose *input* hidden states EAGLE-3 style drafters fuse (low, mid, high)."""
-        return (2, self.n_layers // 2, self.n_layers - 3)
+        """Layers whose *input* hidden states EAGLE-3 style drafters fuse (low, mid, high); shallow models
+        (under 8 layers), where EAGLE-3's (2, N//2, N-3) would repeat a layer, use (1, N//2, N-1)."""
+        n = self.n_layers
+        return (2, n // 2, n - 3) if n >= 8 else (1, n // 2, n - 1)
 
 
 class KVCache:
@@ -130,7 +133,7 @@ class Block(nn.Module):
         self.down = nn.Linear(args.intermediate, args.dim, bias=False)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache_k: Tensor, cache_v: Tensor,
-                write: tuple[Tensor, Tensor], mask: Tensor, kv_len: int) -> Tensor:
+                write: tuple[Tensor, Tensor], attend: Callable[[Tensor, Tensor, Tensor], Tensor]) -> Tensor:
         a = self.args
         B, T, _ = x.shape
         qkv = self.qkv(self.attn_norm(x))
@@ -141,8 +144,7 @@ class Block(nn.Module):
         rows, cols = write
         cache_k[rows, :, cols] = k.transpose(1, 2).to(cache_k.dtype)
         cache_v[rows, :, cols] = v.transpose(1, 2).to(cache_v.dtype)
-        keys, values = cache_k[:B, :, :kv_len], cache_v[:B, :, :kv_len]
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+        out = attend(q, cache_k, cache_v)
         x = x + self.o(out.transpose(1, 2).reshape(B, T, -1))
         g, u = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(g) * u)
@@ -189,6 +191,10 @@ class Transformer(nn.Module):
         cos, sin = rope_tables(args)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
+        # "auto": the Triton tree-attention kernel for steps of <= 64 new tokens on CUDA in fp16/bf16, SDPA over a
+        # dense mask otherwise; "triton" forces the kernel (Triton's interpreter runs it on CPU: tests);
+        # "torch" never uses it
+        self.attention = "auto"
 
     def new_cache(self, slots: int, max_len: int) -> KVCache:
         p = self.embed.weight
@@ -220,24 +226,41 @@ class Transformer(nn.Module):
         if kv_len > cache.max_len:
             raise ValueError(f"KV cache overflow: {kv_len} > {cache.max_len} positions")
         write = (torch.arange(B, device=dev)[:, None].expand(B, T), lens[:, None] + steps)
-        key_pos = torch.arange(kv_len, device=dev)
-        rel = key_pos[None, :] - lens[:, None]                                   # [B, S]
-        in_new = (rel >= 0) & (rel < T)
-        new_vis = tree_mask.gather(2, rel.clamp(0, T - 1)[:, None, :].expand(B, T, kv_len))
-        mask = ((rel < 0)[:, None, :] | (in_new[:, None, :] & new_vis)).unsqueeze(1)  # [B, 1, T, S]
+        attend = self._attention(lens, tree_mask, kv_len)
 
         x = self.embed(tokens)
         hidden = []
         for i, layer in enumerate(self.layers):
             if i in capture:
                 hidden.append(x)
-            x = layer(x, cos, sin, cache.k[i, first_slot:], cache.v[i, first_slot:], write, mask, kv_len)
+            x = layer(x, cos, sin, cache.k[i, first_slot:], cache.v[i, first_slot:], write, attend)
         if self.args.n_layers in capture:
             hidden.append(x)
         x = self.norm(x)
         if logits_rows is not None:
             x = x[logits_rows]
         return self.lm_head(x), hidden
+
+
+    def _attention(self, lens: Tensor, tree_mask: Tensor, kv_len: int) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+        """attend(q, cache_k, cache_v) for this step: every new token sees its slot's prefix and its tree row."""
+        B, T, _ = tree_mask.shape
+        w = self.embed.weight
+        kernel = self.attention == "triton" or (
+            self.attention == "auto" and w.is_cuda and w.dtype in (torch.float16, torch.bfloat16) and T <= 64)
+        if kernel:
+            from reference_eagle4.kernels import available
+            from reference_eagle4.kernels.tree_attention import pack_tree_mask
+            if available() or self.attention == "triton":
+                from reference_eagle4.kernels.tree_attention_triton import tree_attention_triton
+                bits = pack_tree_mask(tree_mask)
+                return lambda q, k, v: tree_attention_triton(q, k, v, lens, bits, kv_len=kv_len)
+        rel = torch.arange(kv_len, device=lens.device)[None, :] - lens[:, None]                 # [B, S]
+        in_new = (rel >= 0) & (rel < T)
+        new_vis = tree_mask.gather(2, rel.clamp(0, T - 1)[:, None, :].expand(B, T, kv_len))
+        mask = ((rel < 0)[:, None, :] | (in_new[:, None, :] & new_vis)).unsqueeze(1)        # [B, 1, T, S]
+        return lambda q, k, v: F.scaled_dot_product_attention(q, k[:B, :, :kv_len], v[:B, :, :kv_len],
+                                                              attn_mask=mask, enable_gqa=True)
 
 
 def load_transformer(folder: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu") -> Transformer:

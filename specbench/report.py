@@ -23,12 +23,14 @@ DASH = "—"
 # Manifest keys describing where a run ran, shown when any manifest has them (device and dtype always).
 ENVIRONMENT_KEYS = ("device", "dtype", "machine", "hostname", "platform", "cpu", "gpu", "versions")
 RESULT_COLUMNS = (
-    ("engine", False), ("method", False), ("L", True), ("AL", True), ("AL/req", True), ("hit@1", True),
+    ("engine", False), ("method", False), ("L", True), ("drafts/step", True), ("AL", True), ("AL/req", True),
+    ("hit@1", True),
     ("tok/s", True), ("speedup", True), ("tok/s/user", True), ("TTFT ms", True), ("TPOT ms", True),
     ("n", True), ("run", False),
 )
 COLUMN_LEGEND = (
     ("L", "budget: tokens the target verifies per sequence per step, root included"),
+    ("drafts/step", "drafted tokens the target verified per step, mean (adaptive methods shrink it under load)"),
     ("AL", "acceptance length, tokens emitted per step, token-weighted (sum emitted / sum steps)"),
     ("AL/req", "mean of per-request AL"),
     ("hit@1", "share of drafting steps whose first drafted token was accepted"),
@@ -74,7 +76,7 @@ def _result_row(run: Summary, metrics: Summary, speedup: float | None) -> list[s
     hit1 = metrics["hit_rate_unconditional"][0] if metrics["hit_rate_unconditional"] else None
     n = str(metrics["n_ok"]) + (f" (+{metrics['n_failed']} failed)" if metrics["n_failed"] else "")
     return [
-        str(run["engine"]), str(run["method"]), str(run["budget"]),
+        str(run["engine"]), str(run["method"]), str(run["budget"]), _fmt(metrics.get("drafted_mean"), ".1f"),
         _fmt(metrics["al_token_weighted"], ".2f"), _fmt(metrics["al_per_request_mean"], ".2f"),
         _fmt(hit1, ".1%"), _fmt(metrics["aggregate_tok_s"], ".1f"),
         DASH if speedup is None else f"{speedup:.2f}×",

@@ -156,11 +156,13 @@ def register(app: typer.Typer) -> None:
 
     @app.command("methods")
     def list_methods() -> None:
-        """List the methods the reference engine runs."""
+        """List the methods the reference engine runs, one line each."""
+        from reference_eagle4.proposers import PROPOSERS
         from specbench.runners.reference import methods as names
 
+        width = max(map(len, names()))
         for name in names():
-            console.print(name)
+            console.print(f"{name:<{width}}  {PROPOSERS[name].summary}", highlight=False, soft_wrap=True)
 
 
 def _print_failures(paths: list[Path]) -> None:

@@ -16,25 +16,29 @@ console = Console()
 def register(app: typer.Typer) -> None:
     @app.command()
     def train(
-        drafter: str = typer.Option("eagle4", help="Drafter kind to train (eagle4)."),
+        drafter: str = typer.Option("eagle4", help="Drafter kind to train: eagle4, dflash or dspark."),
         target: str = typer.Option("smollm2-135m", help="Known target name, a .gguf file, or a HF folder."),
         pool: Optional[Path] = typer.Option(None, help="Training prompts JSONL {id, category, prompt, "
                                             "image_caption} (default: the bundled pool, disjoint from the benchmarks)."),
-        out: Path = typer.Option(Path("runs/train-eagle4"), help="Working folder: regenerated data, features, "
-                                 "checkpoints, train.log, and the exported drafter."),
+        out: Path = typer.Option(Path("runs/train"), help="Working folder: regenerated data and features (shared "
+                                 "by every kind), train.log, and per kind <kind>/ckpt.pt and <kind>/drafter/."),
         minutes: float = typer.Option(90.0, min=1.0, help="Wall budget for regeneration + features + training."),
         steps: Optional[int] = typer.Option(None, min=1, help="Fixed optimizer steps instead of the time budget."),
         seed: int = typer.Option(0, help="Seeds data order, initialisation and sampling."),
         threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: all)."),
         resume: bool = typer.Option(True, help="Continue from the folder's data and checkpoint (--no-resume restarts)."),
     ) -> None:
-        """Regenerate responses with the target, build teacher-forced features, and train with TTT.
+        """Regenerate responses with the target, build teacher-forced features, and train a drafter.
 
+        eagle4 trains with the training-time test (several unrolled draft steps); dflash and dspark with
+        anchored blocks. Kinds trained in the same --out share the regenerated data and features.
         Resumable: Ctrl-C keeps the last checkpoint (every few minutes) and a rerun continues from it.
-        Example: specbench train --drafter eagle4 --minutes 60 --out runs/train-eagle4
+        Example: specbench train --drafter eagle4 --minutes 60, then specbench train --drafter dspark --minutes 30
         """
-        if drafter != "eagle4":
-            raise SpecbenchError(f"--drafter {drafter!r}: only eagle4 can be trained so far")
+        from reference_eagle4.training.train import KINDS
+
+        if drafter not in KINDS:
+            raise SpecbenchError(f"--drafter {drafter!r}: choose one of {', '.join(KINDS)}")
         if pool is not None and not pool.exists():
             raise SpecbenchError(f"--pool {pool}: no such file")
         from importlib import resources

@@ -2,10 +2,14 @@
 
 from pathlib import Path
 
+from reference_eagle4.drafters.dflash import DFlashConfig, DFlashDrafter, load_dflash
 from reference_eagle4.drafters.eagle4 import Eagle4Config, Eagle4Drafter, load_drafter
 
 # Drafters shipped in the repository, keyed by target name.
 SHIPPED = Path(__file__).parent
 DEFAULT_EAGLE4 = {"smollm2-135m": SHIPPED / "smollm2-135m-eagle4"}
+DEFAULT_DFLASH = {"smollm2-135m": SHIPPED / "smollm2-135m-dflash"}
+DEFAULT_DSPARK = {"smollm2-135m": SHIPPED / "smollm2-135m-dspark"}
 
-__all__ = ["DEFAULT_EAGLE4", "Eagle4Config", "Eagle4Drafter", "load_drafter"]
+__all__ = ["DEFAULT_DFLASH", "DEFAULT_DSPARK", "DEFAULT_EAGLE4", "DFlashConfig", "DFlashDrafter", "Eagle4Config",
+           "Eagle4Drafter", "load_dflash", "load_drafter"]

@@ -36,7 +36,8 @@ HEADS = ("lowrank", "full")
 
 
 @dataclass(frozen=True)
-class Eagle4Config:
+class LayerShape:
+    """The layer geometry every drafter config starts with (HF key names)."""
     hidden_size: int
     num_attention_heads: int
     num_key_value_heads: int
@@ -44,6 +45,10 @@ class Eagle4Config:
     intermediate_size: int
     vocab_size: int                              # the target's vocabulary
     target_hidden_size: int
+
+
+@dataclass(frozen=True)
+class Eagle4Config(LayerShape):
     rms_norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     max_position_embeddings: int = 8192
@@ -59,12 +64,7 @@ class Eagle4Config:
     @classmethod
     def for_target(cls, args: ModelArgs, **overrides: Any) -> "Eagle4Config":
         """A drafter shaped like one layer of the target (GQA, head_dim, RoPE) fusing its EAGLE layers."""
-        base = cls(
-            hidden_size=args.dim, num_attention_heads=args.n_heads, num_key_value_heads=args.n_kv_heads,
-            head_dim=args.head_dim, intermediate_size=args.intermediate, vocab_size=args.vocab_size,
-            target_hidden_size=args.dim, rms_norm_eps=args.norm_eps, rope_theta=args.rope_theta,
-            max_position_embeddings=args.max_position, capture_layers=tuple(args.eagle_layers))
-        return replace(base, **overrides)
+        return replace(cls(**target_shape(args)), **overrides)
 
     @property
     def draft_vocab(self) -> int:
@@ -117,6 +117,14 @@ class Eagle4Config:
             max_position_embeddings=cfg.get("max_position_embeddings", 8192), capture_layers=capture,
             window=None, head="full", draft_vocab_size=draft_vocab if draft_vocab != vocab else None,
             own_lm_head=True, kind="eagle3")
+
+
+def target_shape(args: ModelArgs) -> dict[str, Any]:
+    """Config fields of a drafter whose layers are shaped like the target's (GQA, head_dim, RoPE, norms)."""
+    return dict(hidden_size=args.dim, num_attention_heads=args.n_heads, num_key_value_heads=args.n_kv_heads,
+                head_dim=args.head_dim, intermediate_size=args.intermediate, vocab_size=args.vocab_size,
+                target_hidden_size=args.dim, rms_norm_eps=args.norm_eps, rope_theta=args.rope_theta,
+                max_position_embeddings=args.max_position, capture_layers=tuple(args.eagle_layers))
 
 
 def rope_cos_sin(cfg: Eagle4Config, device: str | torch.device = "cpu") -> tuple[Tensor, Tensor]:
@@ -375,6 +383,16 @@ def _normalise_key(name: str) -> str:
     return name
 
 
+def copy_weights(model: nn.Module, tensors: dict[str, Tensor], folder: Path) -> None:
+    """Copy checkpoint tensors into the model's parameters, naming the file's folder on a shape mismatch."""
+    with torch.no_grad():
+        for name, t in tensors.items():
+            target = model.get_parameter(name)
+            if target.shape != t.shape:
+                raise ValueError(f"{folder}: {name} has shape {tuple(t.shape)}, expected {tuple(target.shape)}")
+            target.copy_(t.float())
+
+
 def load_drafter(folder: str | Path, dtype: torch.dtype = torch.float32,
                  capture_default: tuple[int, ...] | None = None) -> Eagle4Drafter:
     """Load an EAGLE-4 drafter or an EAGLE-3 checkpoint (SafeAILab / SpecForge layout) from a folder."""
@@ -426,12 +444,7 @@ def load_drafter(folder: str | Path, dtype: torch.dtype = torch.float32,
     missing = [k for k in ours if ours[k] is None]
     if missing:
         raise ValueError(f"{folder}: missing tensors {missing}")
-    with torch.no_grad():
-        for name, t in ours.items():
-            target = model.get_parameter(name)
-            if target.shape != t.shape:
-                raise ValueError(f"{folder}: {name} has shape {tuple(t.shape)}, expected {tuple(target.shape)}")
-            target.copy_(t.float())
+    copy_weights(model, ours, folder)
     if cfg.draft_vocab_size:
         offsets = state["d2t"].long()
         model.d2t = offsets + torch.arange(offsets.numel())

@@ -4,6 +4,6 @@ Importing this package registers every built-in proposer; `PROPOSERS` maps metho
 """
 
 from reference_eagle4.proposers.base import PROPOSERS, Proposer, register
-from reference_eagle4.proposers import eagle4, harness, ngram, vanilla  # noqa: F401  (registration side effect)
+from reference_eagle4.proposers import dflash, eagle4, harness, ngram, vanilla  # noqa: F401  (registration side effect)
 
 __all__ = ["PROPOSERS", "Proposer", "register"]

@@ -14,9 +14,11 @@ if TYPE_CHECKING:
 PROPOSERS: dict[str, type["Proposer"]] = {}
 
 
-def register(name: str) -> Callable[[type["Proposer"]], type["Proposer"]]:
+def register(name: str, summary: str) -> Callable[[type["Proposer"]], type["Proposer"]]:
+    """Add a proposer class under `name`; `summary` is its line in `specbench methods`."""
     def deco(cls: type["Proposer"]) -> type["Proposer"]:
         cls.name = name
+        cls.summary = summary
         PROPOSERS[name] = cls
         return cls
     return deco
@@ -30,6 +32,7 @@ class Proposer:
     """
 
     name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
     capture: tuple[int, ...] = ()
 
     def __init__(self, budget: int, **options: Any) -> None:

@@ -409,7 +409,7 @@ def drafter_level_fn(proposer: Eagle4Proposer, batch: int, width: int, context: 
     return run
 
 
-@register("eagle4-tree")
+@register("eagle4-tree", "EAGLE-4 drafter, static EAGLE-2 tree: top-k expansion, best L-1 nodes")
 class Eagle4Tree(Eagle4Proposer):
     """Static EAGLE-2 tree: top_k = min(8, L-1), depth min(8, L-1), the L-1 best nodes + root.
 
@@ -421,7 +421,7 @@ class Eagle4Tree(Eagle4Proposer):
     default_depth = 8
 
 
-@register("eagle4-chain")
+@register("eagle4-chain", "EAGLE-4 drafter, a chain of L-1 greedy drafts")
 class Eagle4Chain(Eagle4Proposer):
     """N = L-1 greedy drafts."""
 

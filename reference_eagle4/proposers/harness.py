@@ -9,13 +9,12 @@ batch, by measurement rather than by hand-set constants.
 
 from __future__ import annotations
 
-import warnings
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
-from reference_eagle4.calibration import CostTable, calibrate, device_key, find_table
+from reference_eagle4.calibration import CostTable, table_for
 from reference_eagle4.harness import TreePlanner
 from reference_eagle4.proposers.base import register
 from reference_eagle4.proposers.eagle4 import Eagle4Proposer
@@ -25,11 +24,9 @@ if TYPE_CHECKING:
     from reference_eagle4.model import Transformer
     from reference_eagle4.tree import DraftTree
 
-# The small grid measured in-process when no table matches this device (~10-20 s on a 2-core CPU).
-QUICK_GRID = dict(batches=(1, 8), contexts=(256, 1024), tokens=(1, 4, 16, 32), repeats=2)
 
 
-@register("eagle4-harness")
+@register("eagle4-harness", "EAGLE-4 drafter, cost-aware dynamic tree sized from the calibrated cost table")
 class Eagle4Harness(Eagle4Proposer):
     default_top_k = 8
 
@@ -47,15 +44,7 @@ class Eagle4Harness(Eagle4Proposer):
         super().bind(target)
         if self.table is not None:
             return
-        key = device_key(target)
-        self.table = find_table(key)
-        self.table_source = "calibrated (specbench calibrate)"
-        if self.table is None:
-            warnings.warn(
-                f"no cost table for {key['device']} ({key['dtype']}, {key['threads']} threads): measuring a small "
-                "grid in-process now; run `specbench calibrate` once for a full table", stacklevel=2)
-            self.table = calibrate(target, **QUICK_GRID)
-            self.table_source = "quick in-process grid"
+        self.table, self.table_source = table_for(target, "eagle4-harness")
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), "cost_table": self.table_source,

@@ -53,7 +53,7 @@ def trie(root: int, continuations: list[list[int]], budget: int) -> DraftTree:
     return DraftTree(tokens, parents)
 
 
-@register("ngram")
+@register("ngram", "prompt lookup: drafts what followed the latest match of the last n-gram in the context")
 class NGram(Proposer):
     def __init__(self, budget: int, max_n: int = 3, min_n: int = 1, matches: int = 1, **options: Any) -> None:
         super().__init__(budget)

@@ -6,7 +6,7 @@ from reference_eagle4.proposers.base import Proposer, register
 from reference_eagle4.tree import DraftTree
 
 
-@register("vanilla")
+@register("vanilla", "no drafting: one target forward per token (the baseline)")
 class Vanilla(Proposer):
     def __init__(self, budget: int = 1, **options: object) -> None:
         super().__init__(1)

@@ -1,9 +1,11 @@
-"""`train_drafter`: the whole self-distillation pipeline (regenerate -> features -> TTT train -> export).
+"""`train_drafter`: the whole self-distillation pipeline (regenerate -> features -> train -> export).
 
 Everything lives in one folder and every stage resumes: regen.jsonl (rows appended as they finish),
-features.pt (rebuilt only when the regenerated rows change), ckpt.pt (every few minutes), train.log,
-state.json (seconds spent per stage, summed over resumed runs) and drafter/ (the fp16 export: config.json,
-model.safetensors without the target's embedding or lm_head, README.md model card).
+features.pt (rebuilt only when the regenerated rows change), train.log, state.json (seconds spent per
+stage, summed over resumed runs), and per drafter kind <kind>/ckpt.pt (every few minutes) and
+<kind>/drafter/ (the fp16 export: config.json, model.safetensors without the target's embedding or
+lm_head, README.md model card). The kinds share the regenerated data and the features: training
+dflash after eagle4 in the same folder costs only its own training time.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any, Callable
 
 import torch
 
-from reference_eagle4.training.train import TrainConfig
+from reference_eagle4.training.train import KINDS, TrainConfig
 
 DEFAULT_POOL = Path(__file__).resolve().parents[2] / "data" / "train-pool.jsonl"
 
@@ -39,7 +41,13 @@ def _state(path: Path) -> dict[str, Any]:
 
 
 def _save_state(path: Path, st: dict[str, Any]) -> None:
-    path.write_text(json.dumps(st, indent=2) + "\n")
+    """Merge into the file as it is now: kinds trained side by side in one folder each add their own keys."""
+    now = _state(path)
+    now["seconds"].update(st["seconds"])
+    now.update({k: v for k, v in st.items() if k != "seconds"})
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(now, indent=2) + "\n")
+    tmp.replace(path)
 
 
 def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train-eagle4",
@@ -57,8 +65,8 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train-eagle4
     drafter (TrainConfig defaults; greedy regeneration with prompt-lookup speculation, 160 new tokens). steps: fixed optimizer steps
     instead of a time-based schedule. resume=False starts over (the folder's files are replaced).
     """
-    if kind != "eagle4":
-        raise ValueError(f"train_drafter knows kind='eagle4' only, got {kind!r}")
+    if kind not in KINDS:
+        raise ValueError(f"drafter kind must be one of {KINDS}, got {kind!r}")
     from reference_eagle4.model import load_transformer
     from reference_eagle4.training.features import build_features
     from reference_eagle4.training.regenerate import regenerate
@@ -66,9 +74,9 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train-eagle4
     from reference_eagle4.weights import resolve_target, weights_sha256
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    (out / kind).mkdir(parents=True, exist_ok=True)
     if not resume:
-        for name in ("regen.jsonl", "features.pt", "ckpt.pt", "state.json"):
+        for name in ("regen.jsonl", "features.pt", f"{kind}/ckpt.pt", "state.json"):
             (out / name).unlink(missing_ok=True)
     say = log or _Log(out / "train.log", echo)
     if threads:
@@ -78,7 +86,7 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train-eagle4
     st_path = out / "state.json"
     st = _state(st_path)
     secs = st["seconds"]
-    say(f"pipeline: target {target} ({folder}), pool {pool}, budget {minutes} min, steps {steps}, seed {seed}")
+    say(f"pipeline: {kind} for {target} ({folder}), pool {pool}, budget {minutes} min, steps {steps}, seed {seed}")
 
     # 1. regenerate responses with the target
     if regen_minutes is None:
@@ -88,7 +96,7 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train-eagle4
         t0 = time.time()
         regenerate(pool, out / "regen.jsonl", folder, max_new_tokens=max_new_tokens, concurrency=concurrency,
                    seed=seed, limit=regen_limit, minutes=left, method=regen_method,
-                   budget=8 if regen_method == "ngram" else 1, log=say)
+                   budget=1 if regen_method == "vanilla" else 8, log=say)
         secs["regen"] = secs.get("regen", 0.0) + time.time() - t0
         _save_state(st_path, st)
 
@@ -99,33 +107,33 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train-eagle4
         secs["features"] = secs.get("features", 0.0) + time.time() - t0
         _save_state(st_path, st)
 
-    # 3. TTT training
+    # 3. training (TTT for eagle4, block objective for dflash / dspark)
     cfg = train_config or TrainConfig()
     cfg.seed = seed
     if steps is not None:
         cfg.steps = steps
     if minutes is not None:
-        spent = sum(v for k, v in secs.items() if k != "train") / 60
+        spent = sum(v for k, v in secs.items() if not k.startswith("train")) / 60
         cfg.minutes = max(1.0, minutes - spent - 3.0)
-    t0 = time.time()
     tgt = load_transformer(folder, torch.float32)
-    drafter, state = train(samples, tgt, out, cfg, resume=resume, log=say, progress=progress)
-    secs["train"] = state["elapsed"]
+    drafter, state = train(samples, tgt, out / kind, cfg, resume=resume, log=say, progress=progress, kind=kind)
+    secs[f"train-{kind}"] = state["elapsed"]
     _save_state(st_path, st)
 
     # 4. export (fp16, no embedding / lm_head) + model card
     n_tok = sum(len(s["tokens"]) - s["prompt_len"] for s in samples)
+    stage_secs = {k: round(v) for k, v in secs.items() if not k.startswith("train") or k == f"train-{kind}"}
     info = {
-        "target": target, "target_weights_sha256": weights_sha256(folder), "pool": str(pool),
+        "kind": kind, "target": target, "target_weights_sha256": weights_sha256(folder), "pool": str(pool),
         "samples": len(samples), "response_tokens": n_tok, "steps": state["step"], "epochs": state["epoch"],
-        "seconds": {k: round(v) for k, v in secs.items()}, "wall_minutes": round(sum(secs.values()) / 60, 1),
+        "seconds": stage_secs, "wall_minutes": round(sum(stage_secs.values()) / 60, 1),
         "eval": state.get("eval", {}), "train_config": asdict(cfg), "regen": {
             "max_new_tokens": max_new_tokens, "concurrency": concurrency, "decoding": f"greedy ({regen_method})",
             "dtype": "bfloat16 (packed)"},
         "last_log": state["history"][-1] if state["history"] else {},
     }
-    dest = export(drafter, out / "drafter", info)
-    st["info"] = info
+    dest = export(drafter, out / kind / "drafter", info)
+    st[f"info-{kind}"] = info
     _save_state(st_path, st)
     say(f"pipeline: exported {dest} ({json.dumps(info['eval'])})")
     return dest
@@ -141,20 +149,48 @@ def export(drafter, folder: str | Path, info: dict[str, Any]) -> Path:
     return folder
 
 
+def _summary(drafter, info: dict[str, Any]) -> tuple[str, str, list[str]]:
+    """(title, architecture paragraph, kind-specific table rows) for the model card."""
+    c, tc = drafter.cfg, info["train_config"]
+    ev = info.get("eval", {})
+    if info.get("kind", "eagle4") == "eagle4":
+        acc = ", ".join(f"step {k[3:]}: {v:.3f}" for k, v in ev.items() if k.startswith("acc"))
+        about = ("An EAGLE-3 style one-layer drafter (fc over the hidden states entering target layers "
+                 f"{list(c.capture_layers)}, input [norm(embed(x_t+1)), norm(h_t)]) with sliding-window attention "
+                 f"(W = {c.window}) and a low-rank candidate head (rank {c.rank}, K = {c.topk_candidates} exact rows).")
+        rows = [f"| training | TTT {tc['ttt_steps']} unrolled steps, soft CE vs the target's top-32 distribution, "
+                f"weights {tc['decay']}^j; AdamW lr {tc['lr']}; {info['steps']} steps ({info['epochs']} full epochs), "
+                f"seed {tc['seed']} |",
+                f"| held-out top-1 agreement with the target | {acc or 'n/a'} |",
+                f"| low-rank recall@K (held out) | target argmax {ev.get('lr_recall', float('nan')):.3f}, "
+                f"drafter argmax {ev.get('lr_recall_draft', float('nan')):.3f} |"]
+        return f"EAGLE-4 drafter for {info['target']}", about, rows
+    dspark = c.markov_rank > 0
+    about = (f"A {'DSpark' if dspark else 'DFlash'} block drafter: {c.num_layers} Llama-shaped layers whose keys and "
+             f"values come from [context; block] (the context is fc over the target hidden states entering layers "
+             f"{list(c.capture_layers)}), queries from the block [root, MASK x {c.block_size - 1}], non-causal inside "
+             "the block; one forward drafts the block.")
+    if dspark:
+        about += (f" A rank-{c.markov_rank} Markov head adds a logit bias from the previous drafted token, and a "
+                  "confidence head predicts each draft's acceptance; the dspark method verifies the prefix whose "
+                  "predicted acceptance pays for its measured cost.")
+    rows = [f"| training | {tc['anchors']} anchored blocks per sample, soft CE vs the target's top-32 distribution, "
+            f"row weights exp(-(k-1)/{tc['gamma']}); AdamW lr {tc['lr']}; {info['steps']} steps "
+            f"({info['epochs']} full epochs), seed {tc['seed']} |",
+            f"| held-out row-1 top-1 agreement | {ev.get('acc1', float('nan')):.3f} |",
+            f"| held-out accepted drafts per block (greedy, teacher-forced) | {ev.get('al', float('nan')):.2f} |"]
+    if dspark:
+        rows.append(f"| held-out confidence BCE | {ev.get('conf_bce', float('nan')):.3f} |")
+    return f"{'DSpark' if dspark else 'DFlash'} drafter for {info['target']}", about, rows
+
+
 def model_card(drafter, info: dict[str, Any], sha: str) -> str:
     c = drafter.cfg
-    ev = info.get("eval", {})
-    acc = ", ".join(f"step {k[3:]}: {v:.3f}" for k, v in ev.items() if k.startswith("acc"))
-    measured = info.get("measured", {})
+    title, about, rows = _summary(drafter, info)
+    kind = info.get("kind", "eagle4")
     lines = [
-        f"# EAGLE-4 drafter for {info['target']}",
-        "",
-        "An EAGLE-3 style one-layer drafter (fc over the hidden states entering target layers "
-        f"{list(c.capture_layers)}, input [norm(embed(x_t+1)), norm(h_t)]) with sliding-window attention "
-        f"(W = {c.window}) and a low-rank candidate head (rank {c.rank}, K = {c.topk_candidates} exact rows). "
-        "The target's embedding and lm_head are shared at run time and are not in this checkpoint.",
-        "",
-        "| | |", "|---|---|",
+        f"# {title}", "", about + " The target's embedding and lm_head are shared at run time and are not in "
+        "this checkpoint.", "", "| | |", "|---|---|",
         f"| target | {info['target']} (weights sha256 `{info['target_weights_sha256'][:16]}…`) |",
         f"| parameters | {sum(p.numel() for p in drafter.parameters()) / 1e6:.2f} M (fp16) |",
         f"| draft vocabulary | {c.draft_vocab_size or c.vocab_size} tokens"
@@ -163,16 +199,14 @@ def model_card(drafter, info: dict[str, Any], sha: str) -> str:
         f"| training data | {info['samples']} prompts from `{Path(info['pool']).name}` (disjoint from the "
         f"benchmark sets), responses regenerated greedily by the target (≤ {info['regen']['max_new_tokens']} new "
         f"tokens), {info['response_tokens']} response tokens |",
-        f"| training | TTT {info['train_config']['ttt_steps']} unrolled steps, soft CE vs the target's top-32 "
-        f"distribution, weights 0.8^j; AdamW lr {info['train_config']['lr']}; {info['steps']} steps "
-        f"({info['epochs']} full epochs), seed {info['train_config']['seed']} |",
+        *rows,
         f"| wall time | {info['wall_minutes']} min on a 2-core CPU ({info['seconds']}) |",
-        f"| held-out top-1 agreement with the target | {acc or 'n/a'} |",
-        f"| low-rank recall@K (held out) | target argmax {ev.get('lr_recall', float('nan')):.3f}, "
-        f"drafter argmax {ev.get('lr_recall_draft', float('nan')):.3f} |",
     ]
-    for k, v in measured.items():
+    for k, v in info.get("measured", {}).items():
         lines.append(f"| {k} | {v} |")
-    lines += ["", "Load it with `reference_eagle4.drafters.load_drafter(folder)`; the `eagle4-chain` and "
-              "`eagle4-tree` methods use it by default for this target.", ""]
+    methods = {"eagle4": "`eagle4-chain`, `eagle4-tree` and `eagle4-harness` methods use",
+               "dflash": "`dflash` method uses", "dspark": "`dspark` method uses"}[kind]
+    loader = "load_drafter" if kind == "eagle4" else "load_dflash"
+    lines += ["", f"Load it with `reference_eagle4.drafters.{loader}(folder)`; the {methods} it by default for "
+              "this target.", ""]
     return "\n".join(lines)

@@ -57,13 +57,21 @@ class TrainConfig:
     lowrank_rows: int = 96            # rows per sample for the low-rank head loss (random subset)
     vocab: int | None = 32768         # draft vocabulary size (d2t, most teacher mass); None = full vocabulary
     threads: int | None = None
+    # dflash / dspark (training/block.py)
+    block_size: int = 16
+    layers: int = 2
+    anchors: int = 32                 # blocks per sample and optimizer step
+    gamma: float = 7.0                # row k's loss weight exp(-(k-1)/gamma)
+    markov_rank: int = 64             # dspark's Markov head rank
+    confidence_weight: float = 1.0
 
 
 class HeadSoftCE(torch.autograd.Function):
     """Per-row soft cross-entropy of softmax(hn @ W.T) against a sparse teacher (top_p at top_i), fused.
 
     The logits are one bf16 matmul; backward forms softmax - teacher in place and multiplies back by W,
-    so the [rows, V] tensor is touched a handful of times instead of once per autograd op.
+    so the [rows, V] tensor is touched a handful of times instead of once per autograd op. W gets a
+    gradient only when it requires one (DSpark's Markov factor rides in W's last columns).
     Returns (loss per row, argmax per row).
     """
 
@@ -73,17 +81,19 @@ class HeadSoftCE(torch.autograd.Function):
         lse = z.logsumexp(-1)
         loss = lse - (z.gather(1, top_i) * top_p).sum(-1)
         arg = z.argmax(-1)
-        ctx.save_for_backward(z, lse, W, top_p, top_i)
+        ctx.save_for_backward(z, lse, W, top_p, top_i, hn)
         ctx.hn_dtype = hn.dtype
         ctx.mark_non_differentiable(arg)
         return loss, arg
 
     @staticmethod
     def backward(ctx, g_loss: Tensor, g_arg: Tensor):  # type: ignore[override]
-        z, lse, W, top_p, top_i = ctx.saved_tensors
+        z, lse, W, top_p, top_i, hn = ctx.saved_tensors
         grad = z.sub_(lse[:, None]).exp_().mul_(g_loss[:, None])
         grad.scatter_add_(1, top_i, -top_p * g_loss[:, None])
-        return (grad.to(W.dtype) @ W).to(ctx.hn_dtype), None, None, None
+        grad = grad.to(W.dtype)
+        g_w = (grad.T @ hn.to(W.dtype)) if ctx.needs_input_grad[1] else None
+        return (grad @ W).to(ctx.hn_dtype), g_w, None, None
 
 
 def draft_vocab(samples: list[dict[str, Any]], size: int, vocab_size: int) -> Tensor:
@@ -95,6 +105,15 @@ def draft_vocab(samples: list[dict[str, Any]], size: int, vocab_size: int) -> Te
         mass.index_add_(0, s["top_i"].reshape(-1).long(), s["top_p"].reshape(-1).double())
         mass.index_add_(0, s["tokens"].long(), torch.full((len(s["tokens"]),), 1e-3, dtype=torch.float64))
     return mass.topk(min(size, vocab_size)).indices.sort().values
+
+
+def draft_index(d2t: Tensor | None, head: Tensor, vocab_size: int) -> tuple[Tensor, Tensor | None]:
+    """(head rows of the draft vocabulary, target id -> draft index or -1); (head, None) for the full one."""
+    if d2t is None:
+        return head, None
+    t2d = torch.full((vocab_size,), -1, dtype=torch.long)
+    t2d[d2t] = torch.arange(d2t.numel())
+    return head[d2t].contiguous(), t2d
 
 
 def split(samples: list[dict[str, Any]], eval_frac: float) -> tuple[list[dict], list[dict]]:
@@ -112,12 +131,7 @@ class TTT:
     def __init__(self, drafter: Eagle4Drafter, embed: Tensor, head_bf16: Tensor, cfg: TrainConfig):
         self.d, self.E, self.cfg = drafter, embed, cfg
         c = drafter.cfg
-        if drafter.d2t is not None:          # draft vocabulary: rows of the head, target id -> draft index
-            self.W = head_bf16[drafter.d2t].contiguous()
-            self.t2d = torch.full((c.vocab_size,), -1, dtype=torch.long)
-            self.t2d[drafter.d2t] = torch.arange(drafter.d2t.numel())
-        else:
-            self.W, self.t2d = head_bf16, None
+        self.W, self.t2d = draft_index(drafter.d2t, head_bf16, c.vocab_size)
         self.rep = c.num_attention_heads // c.num_key_value_heads
         self.scale = 1.0 / math.sqrt(c.head_dim)
 
@@ -248,8 +262,8 @@ def build_drafter(target_args, cfg: TrainConfig, embed: Tensor, head: Tensor,
     return d.train()
 
 
-def _optimizer(d: Eagle4Drafter, cfg: TrainConfig) -> torch.optim.Optimizer:
-    lowrank = list(d.lr_a.parameters()) + list(d.lr_b.parameters())
+def _optimizer(d: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    lowrank = list(d.lr_a.parameters()) + list(d.lr_b.parameters()) if isinstance(d, Eagle4Drafter) else []
     ids = {id(p) for p in lowrank}
     rest = [p for p in d.parameters() if id(p) not in ids and p.requires_grad]
     return torch.optim.AdamW([{"params": rest, "lr": cfg.lr}, {"params": lowrank, "lr": cfg.lr_lowrank}],
@@ -270,12 +284,17 @@ def evaluate(ttt: TTT, samples: list[dict[str, Any]]) -> dict[str, float]:
     return {k: round(_mean(v), 4) for k, v in sorted(stats.items())}
 
 
+KINDS = ("eagle4", "dflash", "dspark")
+
+
 def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: TrainConfig, resume: bool = True,
           log: Callable[[str], None] = print, progress: bool = True,
-          stop_after: int | None = None) -> tuple[Eagle4Drafter, dict[str, Any]]:
-    """Train (or resume) a drafter on feature samples; checkpoints live in out_dir/ckpt.pt.
+          stop_after: int | None = None, kind: str = "eagle4") -> tuple[torch.nn.Module, dict[str, Any]]:
+    """Train (or resume) a drafter of `kind` on feature samples; checkpoints live in out_dir/ckpt.pt.
 
     stop_after: leave after this many steps of this call (checkpointed), as an interruption would."""
+    if kind not in KINDS:
+        raise ValueError(f"drafter kind must be one of {KINDS}, got {kind!r}")
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
@@ -292,9 +311,14 @@ def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: Train
         ck_vocab = torch.load(ckpt_path, weights_only=False)["drafter"].get("d2t") \
             if resume and ckpt_path.exists() else None
         d2t = ck_vocab if ck_vocab is not None else draft_vocab(samples, cfg.vocab, target.args.vocab_size)
-    d = build_drafter(target.args, cfg, embed, head.float(), d2t)
     head_bf16 = head.to(torch.bfloat16).contiguous()
-    ttt = TTT(d, embed, head_bf16, cfg)
+    if kind == "eagle4":
+        d = build_drafter(target.args, cfg, embed, head.float(), d2t)
+        ttt = TTT(d, embed, head_bf16, cfg)
+    else:
+        from reference_eagle4.training.block import BlockObjective, build_block_drafter
+        d = build_block_drafter(target.args, cfg, kind, embed, head.float(), d2t)
+        ttt = BlockObjective(d, embed, head_bf16, cfg)
     opt = _optimizer(d, cfg)
     train_set, eval_set = split(samples, cfg.eval_frac)
     if not train_set:
@@ -334,7 +358,7 @@ def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: Train
     start_step = state["step"]
     t_mark = time.time()
     window: dict[str, list[float]] = {}
-    bar = Progress(TextColumn("[bold]eagle4 TTT"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+    bar = Progress(TextColumn(f"[bold]{kind} train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
                    TimeElapsedColumn(), TimeRemainingColumn(), disable=not progress)
     with bar:
         task = bar.add_task("train", total=state["total"] or 1, completed=state["step"], info="")
@@ -375,7 +399,9 @@ def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: Train
                 bar.update(task, total=state["total"])
             if state["step"] == start_step + 2:
                 t_mark = time.time()
-            info = f"loss0 {_mean(window.get('loss0', [])[-20:]):.3f} acc0 {_mean(window.get('acc0', [])[-20:]):.3f}"
+            key = "loss0" if kind == "eagle4" else "loss"
+            acc = "acc0" if kind == "eagle4" else "acc1"
+            info = f"{key} {_mean(window.get(key, [])[-20:]):.3f} {acc} {_mean(window.get(acc, [])[-20:]):.3f}"
             bar.update(task, completed=state["step"], info=info)
             if state["step"] % 20 == 0:
                 summary = {k: round(_mean(v), 4) for k, v in sorted(window.items())}
@@ -394,5 +420,6 @@ def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: Train
     save()
     log(f"train: done at step {state['step']} ({state['elapsed']:.0f} s); eval {json.dumps(metrics)}")
     d.eval().requires_grad_(False)
-    d.lowrank_ready = True
+    if isinstance(d, Eagle4Drafter):
+        d.lowrank_ready = True
     return d, state

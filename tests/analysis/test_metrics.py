@@ -179,3 +179,13 @@ def test_speedups_prefer_same_compare_id_then_closest_in_time():
     assert (result["van-same"]["baseline"], result["van-same"]["speedup"]) == ("van-same", 1.0)
     assert result["ng-vllm"] == {"run_id": "ng-vllm", "baseline": None, "speedup": None, "per_category": {}}
     assert result["ng-bf16"]["baseline"] is None
+
+
+def test_verified_drafts_and_confidence_correlation(synth):
+    from specbench.analysis.metrics import verified_drafts
+    steps = [{**synth.step(a, 4), "pred_accept": p} for a, p in [(0, 0.2), (1, 1.1), (3, 2.5), (4, 3.6)]]
+    steps.append(synth.step(0, 1))                 # a step without a prediction still counts as verified drafts
+    got = verified_drafts([synth.record("q", steps)])
+    assert got["drafted_mean"] == (4 * 4 + 1) / 5
+    assert got["pred_accept_corr"] > 0.95
+    assert verified_drafts([synth.record("q", [synth.step(1, 2)] * 3)])["pred_accept_corr"] is None

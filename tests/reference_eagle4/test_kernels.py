@@ -251,3 +251,30 @@ def test_kernels_compile_for_hopper_without_spilling(triton_cpu):
     reports = {r["kernel"]: r for r in map(json.loads, run.stdout.splitlines())}
     assert len(reports) == 7 and all(r["spill_stack"] == 0 for r in reports.values())
     assert reports["attention G4 T32 split"]["async_copies"] > 0          # K/V loads pipelined
+
+
+def test_target_forward_through_the_kernel_equals_sdpa(triton_cpu):
+    """The engine's wiring: a tree verification step of the target with `attention = "triton"` (what CUDA
+    picks) gives the logits and cache of the dense-mask SDPA path, for ragged lengths and random trees."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__)))
+    from eagle4_helpers import tiny_target
+
+    model = tiny_target()
+    lengths, T = [3, 17, 9], 7
+    results = []
+    for mode in ("torch", "triton"):
+        model.attention = mode
+        cache = model.new_cache(3, 40)
+        for slot, n in enumerate(lengths):                       # prefill each slot to its own length
+            torch.manual_seed(slot)
+            model(torch.randint(0, 256, (1, n)), cache, first_slot=slot)
+            cache.lengths[slot] = n
+        g = torch.Generator().manual_seed(11)
+        masks = torch.stack([random_tree_mask(T, g) for _ in lengths])
+        depths = masks.sum(-1) - 1
+        tokens = torch.randint(0, 256, (3, T), generator=g)
+        logits, _ = model(tokens, cache, tree_mask=masks, depths=depths)
+        results.append((logits, cache.k.clone()))
+    model.attention = "auto"
+    assert torch.allclose(results[0][0], results[1][0], atol=1e-4)
+    assert torch.allclose(results[0][1], results[1][1], atol=1e-5)

@@ -57,3 +57,11 @@ def test_vanilla_equals_transformers_generate(setup, vanilla):
 def test_ngram_equals_vanilla(setup, vanilla, budget, concurrency):
     _, _, reqs, model = setup
     assert decode(model, reqs, "ngram", budget, concurrency) == vanilla
+
+
+@pytest.mark.parametrize("method", ["eagle4-chain", "eagle4-tree", "eagle4-harness", "dflash", "dspark"])
+@pytest.mark.parametrize("concurrency", [1, 8])
+def test_shipped_drafters_equal_vanilla(setup, vanilla, method, concurrency):
+    """The trained drafters (fp32 here, so ties cannot differ) change speed only: same greedy tokens."""
+    _, _, reqs, model = setup
+    assert decode(model, reqs, method, 16, concurrency) == vanilla

@@ -82,7 +82,7 @@ def test_leaderboard_tables_and_numbers(run_dirs, tmp_path):
     tables = _md_tables(md)
 
     ng = _row(tables[("prompt-enhancement", "C=1")], "ng-c1")
-    assert ng == {"engine": "reference", "method": "ngram", "L": "4", "AL": "2.33", "AL/req": "2.25",
+    assert ng == {"engine": "reference", "method": "ngram", "L": "4", "drafts/step": "3.0", "AL": "2.33", "AL/req": "2.25",
                   "hit@1": "83.3%", "tok/s": "16.0", "speedup": "1.60×", "tok/s/user": "16.0", "TTFT ms": "100.0",
                   "TPOT ms": "70.0", "n": "2 (+1 failed)", "run": "ng-c1"}
     van = _row(tables[("prompt-enhancement", "C=1")], "van-c1")

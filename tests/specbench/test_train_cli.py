@@ -1,0 +1,49 @@
+"""`specbench train` end to end on a tiny HF-folder target: eagle4 then dspark in one folder share the
+regenerated data and the features; each kind exports a loadable drafter with a model card."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from specbench.cli import app
+from specbench.errors import SpecbenchError
+
+runner = CliRunner()
+
+
+def pool(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [{"id": f"p{i}", "category": "text-to-video" if i % 2 else "code",
+             "prompt": f"a fox jumps over the lazy dog, take {i}", "image_caption": None} for i in range(5)]
+    (folder / "pool.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "system_prompts.json").write_text(json.dumps({"text-to-video": "Enhance the video prompt.",
+                                                            "general": "You are a helpful assistant."}))
+    return folder / "pool.jsonl"
+
+
+def test_train_two_kinds_share_data_and_export(tiny_target, tmp_path):
+    p, out = pool(tmp_path / "pool"), tmp_path / "train"
+    common = ["--target", str(tiny_target), "--pool", str(p), "--out", str(out), "--steps", "3", "--threads", "1"]
+    res = runner.invoke(app, ["train", "--drafter", "eagle4", *common])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["train", "--drafter", "dspark", *common])
+    assert res.exit_code == 0, res.output
+    log = (out / "train.log").read_text()
+    assert "regenerate: 5 rows done, 0 to go" in log and "features: cached 5 samples" in log
+    from reference_eagle4.drafters import load_dflash, load_drafter
+    assert load_drafter(out / "eagle4" / "drafter").cfg.kind == "eagle4"
+    d = load_dflash(out / "dspark" / "drafter")
+    assert d.is_dspark and d.cfg.block_size == 16
+    card = (out / "dspark" / "drafter" / "README.md").read_text()
+    assert card.startswith("# DSpark drafter") and "5 prompts from `pool.jsonl`" in card
+    state = json.loads((out / "state.json").read_text())
+    assert {"regen", "train-eagle4", "train-dspark"} <= set(state["seconds"])
+
+
+def test_unknown_drafter_kind_is_one_clear_line(tmp_path):
+    res = runner.invoke(app, ["train", "--drafter", "medusa", "--out", str(tmp_path)])
+    assert isinstance(res.exception, SpecbenchError)         # main() prints it as one line, exit 2
+    assert str(res.exception) == "--drafter 'medusa': choose one of eagle4, dflash, dspark"
