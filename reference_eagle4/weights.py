@@ -86,6 +86,18 @@ def resolve_target(spec: str) -> Path:
         "nor a folder with config.json and *.safetensors")
 
 
+def eos_ids(folder: str | Path, tokenizer) -> tuple[int, ...]:
+    """Every id that ends a reply: the tokenizer's EOS plus generation_config.json's (chat models list several)."""
+    import json
+
+    ids = {tokenizer.eos_token_id}
+    path = Path(folder) / "generation_config.json"
+    if path.exists():
+        eos = json.loads(path.read_text()).get("eos_token_id", [])
+        ids.update(eos if isinstance(eos, list) else [eos])
+    return tuple(sorted(i for i in ids if i is not None))
+
+
 def weights_sha256(folder: str | Path) -> str:
     """One hash over all safetensors files of a folder, for the run manifest."""
     h = hashlib.sha256()

@@ -18,7 +18,7 @@ from reference_eagle4.engine import Engine, GenerationConfig, Request, Sequence
 from reference_eagle4.model import Transformer, load_transformer, pack_linears
 from reference_eagle4.proposers import PROPOSERS
 from reference_eagle4.verify import Sampling
-from reference_eagle4.weights import WeightsError, resolve_target, weights_sha256
+from reference_eagle4.weights import WeightsError, eos_ids, resolve_target, weights_sha256
 from specbench.dataset import Row, chat_messages
 from specbench.errors import SpecbenchError
 
@@ -69,17 +69,8 @@ class ReferenceRunner:
         self.target_spec = target
         self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
         self.model: Transformer = pack_linears(load_transformer(self.folder, DTYPES[self.dtype_name]))
-        self.eos_ids = tuple(sorted({self.tokenizer.eos_token_id, *self._generation_eos()}))
+        self.eos_ids = eos_ids(self.folder, self.tokenizer)
         self._sha: str | None = None
-
-    def _generation_eos(self) -> list[int]:
-        import json
-
-        path = self.folder / "generation_config.json"
-        if not path.exists():
-            return []
-        eos = json.loads(path.read_text()).get("eos_token_id", [])
-        return eos if isinstance(eos, list) else [eos]
 
     def describe(self) -> dict[str, Any]:
         """Manifest facts about the engine, target and machine."""

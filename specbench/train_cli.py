@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
@@ -11,6 +12,22 @@ from rich.console import Console
 from specbench.errors import SpecbenchError
 
 console = Console()
+
+
+def pool_chat(pool: Path) -> Callable[[dict[str, Any]], list[dict[str, str]]]:
+    """Format training-pool rows exactly as the benchmarks format their rows (system prompts from the pool's
+    folder when it has system_prompts.json, else the bundled ones)."""
+    from specbench.dataset import Row, chat_messages
+
+    path = pool.parent / "system_prompts.json"
+    prompts = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+    def chat(r: dict[str, Any]) -> list[dict[str, str]]:
+        row = Row(question_id=r["id"], category=r["category"], source_dataset="train-pool", prompt=r["prompt"],
+                  turns=(r["prompt"],), image_caption=r.get("image_caption"))
+        return chat_messages(row, prompts)
+
+    return chat
 
 
 def register(app: typer.Typer) -> None:
@@ -46,6 +63,7 @@ def register(app: typer.Typer) -> None:
         from reference_eagle4.training import train_drafter
 
         with resources.as_file(resources.files("specbench.bundled") / "train-pool.jsonl") as bundled:
-            folder = train_drafter(drafter, out, pool or bundled, target, minutes, steps, seed, resume,
+            pool = pool or bundled
+            folder = train_drafter(drafter, out, pool, target, pool_chat(pool), minutes, steps, seed, resume,
                                    threads=threads)
         console.print(f"drafter: {folder}")

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import torch
 
+from reference_eagle4.training.regenerate import Chat
 from reference_eagle4.training.train import KINDS, TrainConfig
 
 DEFAULT_POOL = Path(__file__).resolve().parents[2] / "data" / "train-pool.jsonl"
@@ -50,8 +51,8 @@ def _save_state(path: Path, st: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train-eagle4",
-                  pool_path: str | Path | None = None, target: str = "smollm2-135m",
+def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train",
+                  pool_path: str | Path | None = None, target: str = "smollm2-135m", chat: Chat | None = None,
                   minutes: float | None = 90.0, steps: int | None = None, seed: int = 0, resume: bool = True,
                   regen_minutes: float | None = None, regen_limit: int | None = None,
                   max_new_tokens: int = 160, concurrency: int = 8, threads: int | None = 2,
@@ -60,7 +61,8 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train-eagle4
                   log: Callable[[str], None] | None = None) -> Path:
     """Train a drafter for `target` from `pool_path`; return the exported drafter folder.
 
-    minutes: wall budget for the whole pipeline (regen gets `regen_minutes`, default a third; training
+    chat(row) -> messages formats a pool row as the benchmarks would (specbench's `chat_messages`; needed
+    only while rows remain to regenerate). minutes: wall budget for the whole pipeline (regen gets `regen_minutes`, default a third; training
     gets what is left after the features, minus a small export margin). The defaults reproduce the shipped
     drafter (TrainConfig defaults; greedy regeneration with prompt-lookup speculation, 160 new tokens). steps: fixed optimizer steps
     instead of a time-based schedule. resume=False starts over (the folder's files are replaced).
@@ -93,8 +95,10 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train-eagle4
         regen_minutes = (minutes or 90.0) / 3
     left = regen_minutes - secs.get("regen", 0.0) / 60
     if left > 0.05:
+        if chat is None:
+            raise ValueError("regeneration needs chat(row) -> messages (specbench train passes the benchmarks' own)")
         t0 = time.time()
-        regenerate(pool, out / "regen.jsonl", folder, max_new_tokens=max_new_tokens, concurrency=concurrency,
+        regenerate(pool, out / "regen.jsonl", folder, chat, max_new_tokens=max_new_tokens, concurrency=concurrency,
                    seed=seed, limit=regen_limit, minutes=left, method=regen_method,
                    budget=1 if regen_method == "vanilla" else 8, log=say)
         secs["regen"] = secs.get("regen", 0.0) + time.time() - t0

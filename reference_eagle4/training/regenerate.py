@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 CREATIVE = ("text-to-video", "image-to-video", "text-to-image", "image-to-image")
-PASTE = "user_prompt: {prompt}\nimage_caption: {caption}"
+Chat = Callable[[dict[str, Any]], list[dict[str, str]]]
 
 
 def load_pool(path: str | Path) -> list[dict[str, Any]]:
@@ -36,20 +36,6 @@ def load_pool(path: str | Path) -> list[dict[str, Any]]:
                         raise ValueError(f"{path}:{n}: missing field {key!r}")
                 rows.append(row)
     return rows
-
-
-def system_prompt_id(category: str) -> str:
-    return category if category in CREATIVE else "general"
-
-
-def user_turn(row: dict[str, Any]) -> str:
-    caption = row.get("image_caption")
-    return PASTE.format(prompt=row["prompt"], caption=caption) if caption else row["prompt"]
-
-
-def chat(row: dict[str, Any], system_prompts: dict[str, str]) -> list[dict[str, str]]:
-    return [{"role": "system", "content": system_prompts[system_prompt_id(row["category"])]},
-            {"role": "user", "content": user_turn(row)}]
 
 
 def ordered(rows: list[dict[str, Any]], seed: int, creative_share: float = 0.75) -> list[dict[str, Any]]:
@@ -80,11 +66,10 @@ def done_ids(path: Path) -> set[str]:
     return ids
 
 
-def regenerate(pool_path: str | Path, out_path: str | Path, target_folder: str | Path, *,
+def regenerate(pool_path: str | Path, out_path: str | Path, target_folder: str | Path, chat: Chat, *,
                max_new_tokens: int = 256, concurrency: int = 8, seed: int = 0, limit: int | None = None,
                minutes: float | None = None, dtype: str = "bfloat16", threads: int | None = None,
-               system_prompts_path: str | Path | None = None, method: str = "vanilla", budget: int = 1,
-               log: Callable[[str], None] = print) -> int:
+               method: str = "vanilla", budget: int = 1, log: Callable[[str], None] = print) -> int:
     """Decode pool prompts with the target; return how many rows the output file holds afterwards."""
     import torch
     from transformers import AutoTokenizer
@@ -92,12 +77,11 @@ def regenerate(pool_path: str | Path, out_path: str | Path, target_folder: str |
     from reference_eagle4.engine import Engine, GenerationConfig, Request
     from reference_eagle4.model import load_transformer, pack_linears
     from reference_eagle4.proposers import PROPOSERS
+    from reference_eagle4.weights import eos_ids
 
     if threads:
         torch.set_num_threads(threads)
     pool_path, out_path, folder = Path(pool_path), Path(out_path), Path(target_folder)
-    sp_path = Path(system_prompts_path) if system_prompts_path else pool_path.parent / "system_prompts.json"
-    system_prompts = json.loads(sp_path.read_text(encoding="utf-8"))
     rows = ordered(load_pool(pool_path), seed)
     if limit is not None:
         rows = rows[:limit]
@@ -107,11 +91,7 @@ def regenerate(pool_path: str | Path, out_path: str | Path, target_folder: str |
     if not todo:
         return len(have)
     tok = AutoTokenizer.from_pretrained(folder)
-    eos = {tok.eos_token_id}
-    gen_cfg = folder / "generation_config.json"
-    if gen_cfg.exists():
-        e = json.loads(gen_cfg.read_text()).get("eos_token_id", [])
-        eos.update(e if isinstance(e, list) else [e])
+    eos = set(eos_ids(folder, tok))
     model = pack_linears(load_transformer(folder, getattr(torch, dtype)))
     by_id = {r["id"]: r for r in todo}
     deadline = time.time() + 60 * minutes if minutes else None
@@ -121,11 +101,11 @@ def regenerate(pool_path: str | Path, out_path: str | Path, target_folder: str |
             if deadline is not None and time.time() > deadline:
                 log("regenerate: time budget reached, no new requests")
                 return
-            ids = tok.apply_chat_template(chat(r, system_prompts), add_generation_prompt=True, tokenize=True,
+            ids = tok.apply_chat_template(chat(r), add_generation_prompt=True, tokenize=True,
                                           return_dict=False)
             yield Request(r["id"], list(ids), {"category": r["category"]})
 
-    cfg = GenerationConfig(max_new_tokens=max_new_tokens, eos_ids=tuple(sorted(x for x in eos if x is not None)),
+    cfg = GenerationConfig(max_new_tokens=max_new_tokens, eos_ids=tuple(sorted(eos)),
                            concurrency=concurrency, seed=seed)
     longest = 2048
     # vanilla by default; `ngram` (prompt lookup, L=8) emits the same greedy tokens (up to bf16 near-ties,

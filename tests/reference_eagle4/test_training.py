@@ -121,14 +121,7 @@ def test_draft_vocabulary_training(data, tmp_path):
 
 
 # -- data ---------------------------------------------------------------------------------------------------
-def test_chat_formatting_and_order():
-    prompts = {"text-to-video": "T2V", "image-to-image": "I2I", "general": "GEN"}
-    row = {"id": "x", "category": "image-to-image", "prompt": "make it snow", "image_caption": "a red barn"}
-    msgs = regen.chat(row, prompts)
-    assert msgs[0]["content"] == "I2I"
-    assert msgs[1]["content"] == "user_prompt: make it snow\nimage_caption: a red barn"
-    assert regen.chat({"id": "y", "category": "math", "prompt": "2+2?", "image_caption": None},
-                      prompts) == [{"role": "system", "content": "GEN"}, {"role": "user", "content": "2+2?"}]
+def test_seeded_order_keeps_the_creative_share():
     rows = [{"id": f"c{i}", "category": "text-to-image"} for i in range(30)] + \
            [{"id": f"g{i}", "category": "code"} for i in range(10)]
     order = regen.ordered(rows, seed=1)

@@ -12,6 +12,7 @@ from specbench.cli import app
 from specbench.errors import SpecbenchError
 
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def pool(folder: Path) -> Path:
@@ -41,6 +42,24 @@ def test_train_two_kinds_share_data_and_export(tiny_target, tmp_path):
     assert card.startswith("# DSpark drafter") and "5 prompts from `pool.jsonl`" in card
     state = json.loads((out / "state.json").read_text())
     assert {"regen", "train-eagle4", "train-dspark"} <= set(state["seconds"])
+
+
+def test_pool_rows_are_formatted_as_the_benchmarks_format_theirs(tmp_path):
+    from specbench.dataset import chat_messages, load_rows
+    from specbench.train_cli import pool_chat
+
+    p = pool(tmp_path)
+    (tmp_path / "system_prompts.json").write_text(json.dumps({"image-to-image": "I2I", "general": "GEN"}))
+    chat = pool_chat(p)
+    row = {"id": "x", "category": "image-to-image", "prompt": "make it snow", "image_caption": "a red barn"}
+    assert chat(row) == [{"role": "system", "content": "I2I"},
+                         {"role": "user", "content": "user_prompt: make it snow\nimage_caption: a red barn"}]
+    assert chat({"id": "y", "category": "math", "prompt": "2+2?"})[0]["content"] == "GEN"
+    # the bundled pool gets the bundled system prompts, as a bundled benchmark row of the same category does
+    bench = load_rows("prompt-enhancement", categories=["text-to-video"], limit=1)[0]
+    bundled = pool_chat(ROOT / "data" / "train-pool.jsonl")
+    got = bundled({"id": "z", "category": "text-to-video", "prompt": bench.prompt})
+    assert got == chat_messages(bench)
 
 
 def test_unknown_drafter_kind_is_one_clear_line(tmp_path):
