@@ -86,10 +86,13 @@ test-vllm: setup $(VLLM_VENV)/.installed
 	  --option server_python=$(CURDIR)/$(VLLM_PY) --option max_model_len=2048 --out $(VLLM_OUT)/vllm-eagle3
 	$(VLLM_RUN) --method ngram --out $(VLLM_OUT)/reference-ngram
 	$(VLLM_RUN) --method eagle4-chain --option drafter=$(EAGLE4_DRAFTER) --out $(VLLM_OUT)/reference-eagle4-chain
+	# what the export keeps (full head, full attention): the like-for-like reference for vLLM's eagle3 numbers
+	$(VLLM_RUN) --method eagle4-chain --option drafter=$(EAGLE4_DRAFTER) --option head=full --option window=none \
+	  --out $(VLLM_OUT)/reference-eagle4-chain-as-exported
 	$(PY) -c 'import json, sys; [print(d, json.dumps(json.load(open(d + "/manifest.json")).get("engine_counters", {}).get("summary"))) for d in sys.argv[1:]]' \
 	  $(VLLM_OUT)/vllm-ngram $(VLLM_OUT)/vllm-eagle3
 	$(SB) report $(VLLM_OUT)/vllm-ngram $(VLLM_OUT)/vllm-eagle3 $(VLLM_OUT)/reference-ngram \
-	  $(VLLM_OUT)/reference-eagle4-chain --out $(VLLM_OUT)/report
+	  $(VLLM_OUT)/reference-eagle4-chain $(VLLM_OUT)/reference-eagle4-chain-as-exported --out $(VLLM_OUT)/report
 
 # On a CUDA machine: check the Triton kernels against their PyTorch twins and time them (a few minutes).
 gpu-check: setup

@@ -44,6 +44,8 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, help="Seeds data order, initialisation and sampling."),
         threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: all)."),
         resume: bool = typer.Option(True, help="Continue from the folder's data and checkpoint (--no-resume restarts)."),
+        init_from: Optional[Path] = typer.Option(None, help="dflash/dspark: start from this trained dflash drafter "
+                                                 "folder's backbone (e.g. OUT/dflash/drafter for dspark)."),
     ) -> None:
         """Regenerate responses with the target, build teacher-forced features, and train a drafter.
 
@@ -58,12 +60,16 @@ def register(app: typer.Typer) -> None:
             raise SpecbenchError(f"--drafter {drafter!r}: choose one of {', '.join(KINDS)}")
         if pool is not None and not pool.exists():
             raise SpecbenchError(f"--pool {pool}: no such file")
+        if init_from is not None and (drafter == "eagle4" or not (init_from / "config.json").exists()):
+            raise SpecbenchError(f"--init-from {init_from}: needs --drafter dflash|dspark and a drafter folder "
+                                 "(config.json + model.safetensors)")
         from importlib import resources
 
-        from reference_eagle4.training import train_drafter
+        from reference_eagle4.training import TrainConfig, train_drafter
 
         with resources.as_file(resources.files("specbench.bundled") / "train-pool.jsonl") as bundled:
             pool = pool or bundled
+            cfg = TrainConfig(init_from=str(init_from) if init_from else None)
             folder = train_drafter(drafter, out, pool, target, pool_chat(pool), minutes, steps, seed, resume,
-                                   threads=threads)
+                                   threads=threads, train_config=cfg)
         console.print(f"drafter: {folder}")

@@ -113,8 +113,27 @@ def build_block_drafter(target_args, cfg: TrainConfig, kind: str, embed: Tensor,
     if d2t is not None:
         d.d2t = d2t.clone()
     d.reset_parameters(std=cfg.init_std, generator=torch.Generator().manual_seed(cfg.seed))
-    if cfg.init_passthrough:
+    if cfg.init_from:
+        init_backbone(d, cfg.init_from)
+    elif cfg.init_passthrough:
         H, Ht = dcfg.hidden_size, dcfg.target_hidden_size
         with torch.no_grad():
             d.fc.weight[:, -Ht:] += torch.eye(H, Ht)
     return d.attach(embed, head).train()
+
+
+def init_backbone(d: DFlashDrafter, folder: str) -> None:
+    """Start from a trained drafter's backbone (e.g. DSpark from DFlash): every tensor the two share by name
+    and shape is copied; the rest (DSpark's heads) keeps its fresh initialisation. The draft vocabularies
+    must agree, since the head rows are indexed through them."""
+    from reference_eagle4.drafters.dflash import load_dflash
+
+    src = load_dflash(folder)
+    if (src.d2t is None) != (d.d2t is None) or (src.d2t is not None and not torch.equal(src.d2t, d.d2t)):
+        raise ValueError(f"{folder}: its draft vocabulary differs from this run's; train both on the same data")
+    if src.cfg.num_layers != d.cfg.num_layers or src.cfg.block_size != d.cfg.block_size:
+        raise ValueError(f"{folder}: {src.cfg.num_layers} layers / block {src.cfg.block_size}, this run wants "
+                         f"{d.cfg.num_layers} / {d.cfg.block_size}")
+    own = d.state_dict()
+    shared = {k: v for k, v in src.state_dict().items() if k in own and own[k].shape == v.shape}
+    d.load_state_dict({**own, **shared})

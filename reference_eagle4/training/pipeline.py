@@ -178,8 +178,9 @@ def _summary(drafter, info: dict[str, Any]) -> tuple[str, str, list[str]]:
         about += (f" A rank-{c.markov_rank} Markov head adds a logit bias from the previous drafted token, and a "
                   "confidence head predicts each draft's acceptance; the dspark method verifies the prefix whose "
                   "predicted acceptance pays for its measured cost.")
-    rows = [f"| training | {tc['anchors']} anchored blocks per sample, soft CE vs the target's top-32 distribution, "
-            f"row weights exp(-(k-1)/{tc['gamma']}); AdamW lr {tc['lr']}; {info['steps']} steps "
+    start = f"backbone initialised from `{tc['init_from']}`; " if tc.get("init_from") else ""
+    rows = [f"| training | {start}{tc['anchors']} anchored blocks per sample, soft CE vs the target's top-32 "
+            f"distribution, row weights exp(-(k-1)/{tc['gamma']}); AdamW lr {tc['lr']}; {info['steps']} steps "
             f"({info['epochs']} full epochs), seed {tc['seed']} |",
             f"| held-out row-1 top-1 agreement | {ev.get('acc1', float('nan')):.3f} |",
             f"| held-out accepted drafts per block (greedy, teacher-forced) | {ev.get('al', float('nan')):.2f} |"]

@@ -64,6 +64,7 @@ class TrainConfig:
     gamma: float = 7.0                # row k's loss weight exp(-(k-1)/gamma)
     markov_rank: int = 64             # dspark's Markov head rank
     confidence_weight: float = 1.0
+    init_from: str | None = None      # dflash/dspark: a trained dflash drafter folder whose backbone starts this one
 
 
 class HeadSoftCE(torch.autograd.Function):

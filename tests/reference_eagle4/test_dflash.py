@@ -181,3 +181,26 @@ def test_loading_an_eagle_checkpoint_as_dflash_names_the_problem(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "eagle4"}')
     with pytest.raises(ValueError, match="not dflash or dspark"):
         load_dflash(tmp_path)
+
+
+def test_dspark_starts_from_a_trained_dflash_backbone(target, samples, tmp_path):
+    from reference_eagle4.training.block import build_block_drafter
+    from reference_eagle4.training.train import draft_vocab
+
+    cfg = TrainConfig(steps=3, eval_frac=0.0, ckpt_every_s=1e9, block_size=8, layers=1, anchors=4, vocab=128,
+                      markov_rank=8)
+    flash, _ = train(samples, target, tmp_path / "f", cfg, resume=False, log=lambda m: None, progress=False,
+                     kind="dflash")
+    flash.save(tmp_path / "flash", torch.float32)
+    emb, head = target.embed.weight, target.lm_head.weight
+    vocab = draft_vocab(samples, 128, target.args.vocab_size)
+    spark = build_block_drafter(target.args, TrainConfig(**{**cfg.__dict__, "init_from": str(tmp_path / "flash")}),
+                                "dspark", emb, head, vocab)
+    assert spark.is_dspark
+    got = spark.state_dict()
+    for name, t in flash.state_dict().items():
+        assert torch.equal(got[name], t), name
+    assert not spark.markov_m.weight.any()                     # the new heads start fresh
+    with pytest.raises(ValueError, match="draft vocabulary differs"):
+        build_block_drafter(target.args, TrainConfig(**{**cfg.__dict__, "init_from": str(tmp_path / "flash")}),
+                            "dspark", emb, head, vocab.flip(0))
