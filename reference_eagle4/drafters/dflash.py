@@ -210,7 +210,8 @@ class DFlashDrafter(nn.Module):
         return self.markov_m(self.markov_u(pe))
 
     def confidence_logit(self, h: Tensor, pe: Tensor) -> Tensor:
-        return self.confidence(torch.cat([self.norm(h), pe], -1).float()).squeeze(-1)
+        x = torch.cat([self.norm(h), pe], -1).to(self.confidence.weight.dtype)
+        return self.confidence(x).float().squeeze(-1)
 
     def to_target_ids(self, idx: Tensor) -> Tensor:
         return self.d2t[idx] if self.d2t is not None else idx

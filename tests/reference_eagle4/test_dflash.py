@@ -204,3 +204,13 @@ def test_dspark_starts_from_a_trained_dflash_backbone(target, samples, tmp_path)
     with pytest.raises(ValueError, match="draft vocabulary differs"):
         build_block_drafter(target.args, TrainConfig(**{**cfg.__dict__, "init_from": str(tmp_path / "flash")}),
                             "dspark", emb, head, vocab.flip(0))
+
+
+@pytest.mark.parametrize("method", ["dflash", "dspark"])
+def test_runs_in_bfloat16(target, requests, method):
+    """The shipped configuration: a bf16 target; the drafter is cast to it when the engine binds it."""
+    t16 = bigram_target(layer_std=0.05).to(torch.bfloat16)
+    kw = {"table": table()} if method == "dspark" else {}
+    got = generate(t16, PROPOSERS[method](budget=8, drafter=drafter(target, 8 if method == "dspark" else 0), **kw),
+                   requests[:3], 2, new=12)
+    assert all(len(s.output) == 12 and s.steps for s in got.values())
