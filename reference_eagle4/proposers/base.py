@@ -14,6 +14,17 @@ if TYPE_CHECKING:
 PROPOSERS: dict[str, type["Proposer"]] = {}
 
 
+def target_embedding_and_head(target: Any) -> tuple[Tensor, Tensor]:
+    """The target's embedding and lm_head weights that drafters share (tied models: the embedding twice)."""
+    emb = target.embed.weight
+    head = getattr(target.lm_head, "weight", None)
+    if head is None:
+        if not target.args.tie_embeddings:
+            raise ValueError("the target's lm_head was packed without its weight: bind before pack_linears")
+        head = emb
+    return emb, head
+
+
 def register(name: str, summary: str) -> Callable[[type["Proposer"]], type["Proposer"]]:
     """Add a proposer class under `name`; `summary` is its line in `specbench methods`."""
     def deco(cls: type["Proposer"]) -> type["Proposer"]:

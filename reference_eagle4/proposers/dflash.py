@@ -25,7 +25,7 @@ from reference_eagle4.calibration import CostTable, table_for
 from reference_eagle4.drafters import DEFAULT_DFLASH, DEFAULT_DSPARK
 from reference_eagle4.drafters.dflash import DFlashDrafter, load_dflash
 from reference_eagle4.harness import TreePlanner
-from reference_eagle4.proposers.base import Proposer, register
+from reference_eagle4.proposers.base import Proposer, register, target_embedding_and_head
 from reference_eagle4.tree import DraftTree
 
 if TYPE_CHECKING:
@@ -74,6 +74,10 @@ class DFlashProposer(Proposer):
                 raise FileNotFoundError(
                     f"{self.name} drafter not found at {path} (train one with `specbench train --drafter {self.name}`)")
             self.drafter, self.drafter_path = load_dflash(path), path
+        self.drafter_sha256 = None
+        if self.drafter_path is not None:
+            from reference_eagle4.weights import sha256_file
+            self.drafter_sha256 = sha256_file(self.drafter_path / "model.safetensors")
         if self.name == "dspark" and not self.drafter.is_dspark:
             raise ValueError(f"{self.drafter_path}: a dflash checkpoint has no Markov/confidence heads for dspark")
         block = self.drafter.cfg.block_size
@@ -85,12 +89,9 @@ class DFlashProposer(Proposer):
         self.target = None
 
     def config(self) -> dict[str, Any]:
-        from reference_eagle4.weights import sha256_file
-
         path = self.drafter_path
         c = self.drafter.cfg
-        return {**super().config(), "drafter": str(path) if path else None,
-                "drafter_sha256": sha256_file(path / "model.safetensors") if path else None,
+        return {**super().config(), "drafter": str(path) if path else None, "drafter_sha256": self.drafter_sha256,
                 "block_size": c.block_size, "layers": c.num_layers, "markov_rank": c.markov_rank,
                 "capture": list(self.capture)}
 
@@ -101,12 +102,7 @@ class DFlashProposer(Proposer):
         if d.cfg.vocab_size != args.vocab_size or d.cfg.target_hidden_size != args.dim:
             raise ValueError(f"drafter (vocab {d.cfg.vocab_size}, hidden {d.cfg.target_hidden_size}) does not fit "
                              f"the target (vocab {args.vocab_size}, hidden {args.dim})")
-        emb = target.embed.weight
-        head = getattr(target.lm_head, "weight", None)
-        if head is None:
-            if not args.tie_embeddings:
-                raise ValueError("the target's lm_head was packed without its weight: bind before pack_linears")
-            head = emb
+        emb, head = target_embedding_and_head(target)
         dtype = self.dtype or emb.dtype
         d = d.to(dtype)
         d.rope_cos, d.rope_sin = d.rope_cos.float(), d.rope_sin.float()

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from reference_eagle4.drafters import DEFAULT_EAGLE4
 from reference_eagle4.drafters.eagle4 import Eagle4Drafter, load_drafter
-from reference_eagle4.proposers.base import Proposer, register
+from reference_eagle4.proposers.base import Proposer, register, target_embedding_and_head
 from reference_eagle4.tree import DraftTree
 
 if TYPE_CHECKING:
@@ -147,14 +147,9 @@ class Eagle4Proposer(Proposer):
             self.capture = tuple(args.eagle_layers)
         if list(self.capture) != sorted(set(self.capture)) or max(self.capture) > args.n_layers:
             raise ValueError(f"capture layers {self.capture} must be distinct, ascending and <= {args.n_layers}")
-        emb = target.embed.weight
+        emb, head_w = target_embedding_and_head(target)
         dtype = self.dtype or emb.dtype
         lm = target.lm_head
-        head_w = getattr(lm, "weight", None)
-        if head_w is None:
-            if not args.tie_embeddings:
-                raise ValueError("the target's lm_head was packed without its weight: bind before pack_linears")
-            head_w = emb
         d = d.to(dtype)
         d.rope_cos, d.rope_sin = d.rope_cos.float(), d.rope_sin.float()
         full = lm if head_w.dtype == dtype else None
