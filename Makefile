@@ -7,8 +7,8 @@ PY     := $(VENV)/bin/python
 SB     := $(VENV)/bin/specbench
 STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 
-DEMO_LIMIT ?= 16
-DEMO_GENERAL_LIMIT ?= 10
+DEMO_LIMIT ?= 12
+DEMO_GENERAL_LIMIT ?= 8
 DEMO_TOKENS ?= 96
 DEMO_METHODS ?= ngram,eagle4-chain,eagle4-tree,eagle4-harness,dflash,dspark
 DEMO_OUT := runs/demo-$(shell date +%Y%m%d-%H%M%S)
@@ -38,7 +38,7 @@ test: setup browser
 test-slow: setup
 	$(PY) -m pytest -q -m slow
 
-# The reference comparison behind README's table (55 minutes on 2 cores): calibrates this machine once
+# The reference comparison behind README's table (about an hour on 2 cores): calibrates this machine once
 # (a few minutes), then runs every method interleaved with vanilla at C = 1 and 8 on prompt-enhancement
 # (L = 4, 8, 16) and on the general set (L = 8, 16), and renders both into reports/.
 demo: setup

@@ -19,6 +19,7 @@ confidence) pays for the level's drafting time plus its verification.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 
 from reference_eagle4.calibration import CostTable
 
@@ -37,7 +38,9 @@ class TreePlanner:
         self.table = table
         self.budget = budget
         self.batch = max(batch, 1)
-        self._verify = [table.verify(self.batch, context, t) for t in range(1, budget + 1)]
+        # Verifying more tokens never costs less (a smaller tree could be padded up): a running maximum
+        # keeps timing noise, e.g. a 4-token forward measured below a 2-token one, from steering the plan.
+        self._verify = list(accumulate((table.verify(self.batch, context, t) for t in range(1, budget + 1)), max))
 
     def verify_ms(self, tokens: int) -> float:
         """One batched verification with `tokens` tokens per sequence (root included)."""

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from reference_eagle4.calibration import median_ms
-from reference_eagle4.model import PackedLinear
+from reference_eagle4.model import PackedLinear, can_pack
 
 
 def main() -> None:
@@ -26,6 +26,9 @@ def main() -> None:
     args = ap.parse_args()
     print("| dtype | rows | F.linear ms | prepacked ms | floor ms |\n|---|---|---|---|---|")
     for dtype in (torch.bfloat16, torch.float32):
+        if not can_pack(dtype):
+            print(f"| {str(dtype).removeprefix('torch.')} | - | oneDNN cannot prepack this dtype on this CPU | | |")
+            continue
         linears = [torch.nn.Linear(args.in_features, args.out_features, bias=False).to(dtype)
                    for _ in range(args.layers)]
         packed = [PackedLinear(lin) for lin in linears]

@@ -166,13 +166,34 @@ class PackedLinear(nn.Module):
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
 
 
+def packed(linear: nn.Linear) -> nn.Module:
+    """`linear` prepacked for oneDNN, or unchanged where this CPU's oneDNN cannot reorder its dtype (bf16
+    needs AVX512-BF16 / AVX-NE-CONVERT): plain F.linear is then the fastest path there is."""
+    if not can_pack(linear.weight.dtype):
+        return linear
+    return PackedLinear(linear)
+
+
+_PACKABLE: dict[torch.dtype, bool] = {}
+
+
+def can_pack(dtype: torch.dtype) -> bool:
+    if dtype not in _PACKABLE:
+        try:
+            torch.ops.mkldnn._reorder_linear_weight(torch.zeros(8, 8, dtype=dtype), 16)
+            _PACKABLE[dtype] = True
+        except RuntimeError:
+            _PACKABLE[dtype] = False
+    return _PACKABLE[dtype]
+
+
 def pack_linears(model: nn.Module) -> nn.Module:
     """Swap every nn.Linear for a PackedLinear where oneDNN can run it (CPU); a no-op elsewhere."""
     if not torch.backends.mkldnn.is_available() or next(model.parameters()).device.type != "cpu":
         return model
     for name, child in model.named_children():
         if isinstance(child, nn.Linear) and child.bias is None:
-            setattr(model, name, PackedLinear(child))
+            setattr(model, name, packed(child))
         else:
             pack_linears(child)
     return model

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from reference_eagle4.drafters.eagle4 import LayerShape, copy_weights, rope_cos_sin, target_shape
-from reference_eagle4.model import ModelArgs, PackedLinear, RMSNorm, apply_rope
+from reference_eagle4.model import ModelArgs, RMSNorm, apply_rope, packed
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ class DFlashDrafter(nn.Module):
         for mod in [self, *self.layers]:
             for name, child in list(mod.named_children()):
                 if isinstance(child, nn.Linear) and name != "confidence":
-                    setattr(mod, name, PackedLinear(child))
+                    setattr(mod, name, packed(child))
         object.__setattr__(self, "head", _packed_from_weight(self.head_weight))
         return self
 

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from reference_eagle4.model import ModelArgs, PackedLinear, RMSNorm, apply_rope
+from reference_eagle4.model import ModelArgs, RMSNorm, apply_rope, packed
 
 HEADS = ("lowrank", "full")
 
@@ -251,11 +251,11 @@ class Eagle4Drafter(nn.Module):
         for name in ("fc", "qkv", "o", "gate_up", "down", "lr_a", "lr_b"):
             lin = getattr(self, name)
             if isinstance(lin, nn.Linear):
-                setattr(self, name, PackedLinear(lin))
+                setattr(self, name, packed(lin))
         if self.full_head is None and self.head_weight is not None:
             object.__setattr__(self, "full_head", _packed_from_weight(self.head_weight))
         elif isinstance(self.full_head, nn.Linear):
-            object.__setattr__(self, "full_head", PackedLinear(self.full_head))
+            object.__setattr__(self, "full_head", packed(self.full_head))
         return self
 
     # -- forward pieces ----------------------------------------------------------------------------------
@@ -368,7 +368,7 @@ class Eagle4Drafter(nn.Module):
 def _packed_from_weight(weight: Tensor) -> nn.Module:
     lin = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
     lin.weight = nn.Parameter(weight.detach(), requires_grad=False)
-    return PackedLinear(lin)
+    return packed(lin)
 
 
 _ALIASES = ("midlayer.", "layers.0.", "model.layers.0.", "model.midlayer.")

@@ -288,8 +288,14 @@ class Eagle4Proposer(Proposer):
                 return False
         return True
 
-    def _tree_size(self, scores: list[Tensor], levels: int) -> int:
-        """Drafted nodes to verify per sequence (root excluded), at most L-1: the static tree takes L-1."""
+    def _candidates(self, scores: Tensor, tokens: Tensor, parents: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Every recorded node as [B, n] (cumulative log-probability, token, parent record or -1 for a
+        child of the root). The static tree verifies the drafter's own; the harness adds lookup drafts."""
+        return scores, tokens, parents
+
+    def _tree_size(self, scores: Tensor) -> int:
+        """Drafted nodes to verify per sequence (root excluded) given every candidate's cumulative
+        log-probability [B, n], at most L-1: the static tree takes L-1."""
         return self.budget - 1
 
     def _draft(self, slots: list[int], last: Tensor, roots: list[int], n_draft: int,
@@ -361,10 +367,8 @@ class Eagle4Proposer(Proposer):
             n_rec += k * k
             level += 1
             level_ms = 1000 * (time.perf_counter() - t0)
-        all_s = torch.cat(scores, 1)
-        all_t = torch.cat(tokens, 1)
-        all_p = torch.cat(parents, 1)
-        n = max(0, min(self._tree_size(scores, level), n_draft, all_s.shape[1]))
+        all_s, all_t, all_p = self._candidates(torch.cat(scores, 1), torch.cat(tokens, 1), torch.cat(parents, 1))
+        n = max(0, min(self._tree_size(all_s), n_draft, all_s.shape[1]))
         order = torch.sort(all_s, dim=-1, descending=True, stable=True).indices[:, :n]
         chosen = order.sort(dim=-1).values                                            # parents first
         inv = torch.zeros(B, all_s.shape[1], dtype=torch.long, device=dev)

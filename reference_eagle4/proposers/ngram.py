@@ -16,8 +16,10 @@ from reference_eagle4.proposers.base import Proposer, register
 from reference_eagle4.tree import DraftTree
 
 
-def lookup(history: np.ndarray, n_max: int, n_min: int, length: int, matches: int) -> list[list[int]]:
-    """Continuations (most recent occurrence first) of the longest suffix that occurred before."""
+def lookup(history: np.ndarray, n_max: int, n_min: int, length: int,
+           matches: int) -> tuple[int, list[list[int]]]:
+    """(n, continuations): the length of the longest suffix that occurred before and what followed its
+    occurrences, most recent first; (0, []) without a match."""
     for n in range(min(n_max, len(history) - 1), n_min - 1, -1):
         suffix = history[-n:]
         windows = sliding_window_view(history[:-1], n)
@@ -30,8 +32,8 @@ def lookup(history: np.ndarray, n_max: int, n_min: int, length: int, matches: in
                 if len(found) == matches:
                     break
         if found:
-            return found
-    return []
+            return n, found
+    return 0, []
 
 
 def trie(root: int, continuations: list[list[int]], budget: int) -> DraftTree:
@@ -53,6 +55,31 @@ def trie(root: int, continuations: list[list[int]], budget: int) -> DraftTree:
     return DraftTree(tokens, parents)
 
 
+class LookupAcceptance:
+    """How often the target accepts prompt-lookup drafts, learned online from the run's own steps.
+
+    Rates are kept per (suffix match length n, depth d) as hits / tries of the conditional event "the
+    target's token at depth d equals the draft, given depths < d did", from a prior of 1 hit in 2 tries.
+    A draft's chance of acceptance is the product of its path's rates: what the harness needs to price a
+    lookup branch next to the drafter's own candidates."""
+
+    def __init__(self, max_n: int, depth: int) -> None:
+        self.hits = np.ones((max_n + 1, depth))
+        self.tries = np.full((max_n + 1, depth), 2.0)
+
+    def path_probs(self, n: int, length: int) -> np.ndarray:
+        """Acceptance probability of each draft along a lookup chain of `length` from an n-token match."""
+        return np.cumprod(self.hits[n, :length] / self.tries[n, :length])
+
+    def observe(self, n: int, draft: list[int], emitted: list[int]) -> None:
+        """`emitted`: the target's tokens after the root this step, so drafts beyond it were never tested."""
+        for d, (tok, got) in enumerate(zip(draft[: self.hits.shape[1]], emitted)):
+            self.tries[n, d] += 1
+            if tok != got:
+                return
+            self.hits[n, d] += 1
+
+
 @register("ngram", "prompt lookup: drafts what followed the latest match of the last n-gram in the context")
 class NGram(Proposer):
     def __init__(self, budget: int, max_n: int = 3, min_n: int = 1, matches: int = 1, **options: Any) -> None:
@@ -66,6 +93,6 @@ class NGram(Proposer):
         trees = []
         for s in seqs:
             history = np.asarray(s.tokens)
-            conts = lookup(history, self.max_n, self.min_n, self.budget - 1, self.matches)
+            _, conts = lookup(history, self.max_n, self.min_n, self.budget - 1, self.matches)
             trees.append(trie(s.tokens[-1], conts, self.budget))
         return trees

@@ -52,3 +52,15 @@ def test_another_level_only_when_confident_and_cheap():
     assert planner.worth_another_level([[0.9, 0.8]], 1.0, [0.8], confidence=0.9, level_ms=1.0)
     assert not planner.worth_another_level([[0.9, 0.8]], 1.0, [0.01], confidence=0.1, level_ms=1.0)
     assert not planner.worth_another_level([[0.9, 0.8]], 1.0, [0.8], confidence=0.9, level_ms=200.0)
+
+
+def test_a_noisy_dip_in_the_table_does_not_pull_the_plan_to_it():
+    """A 4-token forward timed below the 2-token one (noise) must not make 3 drafts look cheaper than 1."""
+    t = table(1.0)
+    for b in t.verify_ms:
+        for row in b:
+            row[2] = row[0] - 5.0                   # tokens = 4 measured cheaper than tokens = 1
+    planner = TreePlanner(t, budget=16, batch=1, context=256)
+    costs = [planner.verify_ms(n) for n in range(1, 17)]
+    assert costs == sorted(costs)
+    assert planner.verify_ms(4) >= planner.verify_ms(1)

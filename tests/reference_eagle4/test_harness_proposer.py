@@ -9,7 +9,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from eagle4_helpers import bigram_drafter, bigram_target  # noqa: E402
+from eagle4_helpers import bigram_drafter, bigram_target, tiny_drafter  # noqa: E402
 
 from reference_eagle4.calibration import CostTable  # noqa: E402
 from reference_eagle4.engine import Engine, GenerationConfig, Request  # noqa: E402
@@ -35,9 +35,9 @@ def bigram():
     return t, reqs
 
 
-def run(target, reqs, method, C, **options):
-    p = PROPOSERS[method](budget=16, drafter=bigram_drafter(target, noise=0.02), **options)
-    eng = Engine(target, p, GenerationConfig(max_new_tokens=32, concurrency=C), max_len=160)
+def run(target, reqs, method, C, drafter=None, max_new_tokens=32, **options):
+    p = PROPOSERS[method](budget=16, drafter=drafter or bigram_drafter(target, noise=0.02), **options)
+    eng = Engine(target, p, GenerationConfig(max_new_tokens=max_new_tokens, concurrency=C), max_len=200)
     out = {}
     eng.generate(reqs, lambda s: out.__setitem__(s.request.id, s))
     steps = [st for s in out.values() for st in s.steps]
@@ -70,3 +70,19 @@ def test_trees_shrink_at_large_batch(bigram):
     _, eight = run(t, reqs, "eagle4-harness", 8, table=costs)
     mean = lambda steps: sum(st["drafted"] for st in steps) / len(steps)  # noqa: E731
     assert mean(eight) < mean(one)
+
+
+@pytest.mark.parametrize("C", [1, 3])
+def test_lookup_drafts_lift_acceptance_and_stay_lossless_when_the_drafter_is_poor(bigram, C):
+    """A random drafter almost never matches; the bigram target's output falls into cycles, which prompt
+    lookup copies. With lookup on, the harness must emit more tokens per step and still equal vanilla."""
+    t, reqs = bigram
+    reqs = reqs[:4]
+    base, _ = run(t, reqs, "vanilla", 1, max_new_tokens=64)
+    al = {}
+    for on in (False, True):
+        out, steps = run(t, reqs, "eagle4-harness", C, drafter=tiny_drafter(t), max_new_tokens=64,
+                         table=table(0.5), lookup=on)
+        assert out == base
+        al[on] = sum(st["emitted"] for st in steps) / len(steps)
+    assert al[True] > al[False] + 0.5

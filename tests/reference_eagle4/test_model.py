@@ -100,3 +100,16 @@ def test_packed_linears_keep_the_logits(tiny_target):
         a, _ = plain(ids, plain.new_cache(2, 16))
         b, _ = packed(ids, packed.new_cache(2, 16))
     assert (a - b).abs().max() < 1e-4
+
+
+def test_a_dtype_onednn_cannot_prepack_keeps_plain_linears(tiny_target, monkeypatch):
+    """bf16 on a CPU without AVX512-BF16: packing must fall back to F.linear, not fail the run."""
+    from reference_eagle4 import model as model_mod
+
+    monkeypatch.setitem(model_mod._PACKABLE, torch.float32, False)
+    m = pack_linears(load_transformer(tiny_target))
+    assert not any(isinstance(x, model_mod.PackedLinear) for x in m.modules())
+    ids = torch.randint(0, 300, (1, 4), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        logits, _ = m(ids, m.new_cache(1, 8))
+    assert torch.isfinite(logits).all()
