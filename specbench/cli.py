@@ -7,7 +7,7 @@ import sys
 import typer
 from rich.console import Console
 
-from specbench import calibrate_cli, data_cli, engines_cli, report_cli, run_cli, serve_cli, train_cli
+from specbench import ablate_cli, calibrate_cli, data_cli, engines_cli, report_cli, run_cli, serve_cli, train_cli
 from specbench.errors import SpecbenchError
 
 app = typer.Typer(
@@ -22,6 +22,7 @@ app.add_typer(data_cli.app, name="data")
 run_cli.register(app)
 report_cli.register(app)
 calibrate_cli.register(app)
+ablate_cli.register(app)
 train_cli.register(app)
 serve_cli.register(app)
 engines_cli.register(app)
