@@ -49,8 +49,8 @@ class Eagle4Harness(Eagle4Proposer):
         self.lookup = bool(lookup)
         self.lookup_max_n = int(lookup_max_n)
         self.lookup_acceptance = LookupAcceptance(self.lookup_max_n, max(budget - 1, 1))
-        self._drafts: dict[int, tuple[int, list[int]]] = {}      # id(seq) -> (match length, lookup draft)
-        self._step_drafts: list[tuple[int, list[int]] | None] = []  # this step's, in batch order
+        self._step_drafts: list[tuple[int, list[int]] | None] = []  # (match length, lookup draft) per sequence
+        self._drafts: dict[int, tuple[int, list[int]]] = {}        # the same by id(seq), for `accepted`
         self._lookup_logp: Tensor | None = None                    # [B, m] their nodes' log-probabilities
         self.table = CostTable.load(table) if isinstance(table, str) else table
         self.table_source = "given" if table is not None else ""
@@ -86,26 +86,19 @@ class Eagle4Harness(Eagle4Proposer):
         if found is not None:
             self.lookup_acceptance.observe(found[0], found[1], seq.tokens[-len(path):])
 
-    def end(self, seq: "Sequence") -> None:
-        super().end(seq)
-        self._drafts.pop(id(seq), None)
-
     def _lookup_drafts(self, seqs: list["Sequence"]) -> Tensor:
         """Each sequence's lookup draft (kept for `accepted`) and its nodes' log-probabilities [B, m]."""
-        rows = []
+        self._step_drafts = []
         for s in seqs:
             n, conts = lookup(np.asarray(s.tokens), self.lookup_max_n, 1, self.budget - 1, 1)
-            if conts:
-                self._drafts[id(s)] = (n, conts[0])
-                rows.append(np.log(self.lookup_acceptance.path_probs(n, len(conts[0]))))
-            else:
-                self._drafts.pop(id(s), None)
-                rows.append(np.empty(0))
-        m = max(len(r) for r in rows)
+            self._step_drafts.append((n, conts[0]) if conts else None)
+        # every live sequence takes part in every step, so this step's drafts replace the last step's
+        self._drafts = {id(s): f for s, f in zip(seqs, self._step_drafts) if f is not None}
+        m = max((len(f[1]) for f in self._drafts.values()), default=0)
         out = np.full((len(seqs), m), -np.inf)
-        for b, r in enumerate(rows):
-            out[b, : len(r)] = r
-        self._step_drafts = [self._drafts.get(id(s)) for s in seqs]
+        for b, f in enumerate(self._step_drafts):
+            if f is not None:
+                out[b, : len(f[1])] = np.log(self.lookup_acceptance.path_probs(f[0], len(f[1])))
         return torch.from_numpy(out).float()
 
     def _candidates(self, scores: Tensor, tokens: Tensor, parents: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -116,7 +109,7 @@ class Eagle4Harness(Eagle4Proposer):
             return scores, tokens, parents
         B, N = scores.shape
         m = self._lookup_logp.shape[1]
-        s_np = torch.cat([scores.float(), scores.new_full((B, m), float("-inf")).float()], 1).cpu().numpy()
+        s_np = torch.cat([scores, scores.new_full((B, m), float("-inf"))], 1).float().cpu().numpy()
         t_np = torch.cat([tokens, tokens.new_zeros(B, m)], 1).cpu().numpy()
         p_np = torch.cat([parents, parents.new_full((B, m), -1)], 1).cpu().numpy()
         lp = self._lookup_logp.numpy()
