@@ -3,7 +3,8 @@
 Up to C sequences live in KV slots 0..C-1. Each step the proposer drafts one tree per sequence, one
 batched target forward scores every tree, the shared verifier walks each tree, and the accepted path is
 kept in the cache. A finished sequence frees its slot for the next waiting request (prefilled on its
-own); when none waits, the last live sequence moves into the hole so the live slots stay a prefix.
+own, after whatever prefix it shares with a recent prompt: prefix_cache.py); when none waits, the last
+live sequence moves into the hole so the live slots stay a prefix.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 from torch import Tensor
 
 from reference_eagle4.model import KVCache, Transformer
+from reference_eagle4.prefix_cache import PrefixCache
 from reference_eagle4.proposers.base import Proposer
 from reference_eagle4.tree import DraftTree
 from reference_eagle4.verify import Sampling, draw, entropy, walk
@@ -49,6 +51,7 @@ class Sequence:
     t_first: float = 0.0
     t_end: float = 0.0
     state: Any = None                        # the proposer's own per-sequence state
+    cached_tokens: int = 0                   # prompt positions taken from the prefix cache, not prefilled
     done: bool = False
 
 
@@ -59,6 +62,7 @@ class GenerationConfig:
     eos_ids: tuple[int, ...] = ()
     concurrency: int = 1
     seed: int = 0
+    prefix_cache: int = 8                    # prompts whose KV is kept for reuse (0: prefill every prompt whole)
 
 
 def seed_for(seed: int, request_id: str) -> int:
@@ -75,6 +79,7 @@ class Engine:
         self.proposer = proposer
         self.config = config
         self.cache: KVCache = target.new_cache(config.concurrency, max_len)
+        self.prefix = PrefixCache(config.prefix_cache) if config.prefix_cache > 0 else None
         proposer.bind(target)
         self.capture = proposer.capture
         self.device = target.embed.weight.device
@@ -100,17 +105,28 @@ class Engine:
         if not cfg.sampling.greedy:
             gen = torch.Generator().manual_seed(seed_for(cfg.seed, request.id))
         seq = Sequence(request, slot, gen, list(request.prompt_ids), t_start=time.time())
-        ids = torch.tensor([request.prompt_ids], device=self.device)
+        prompt = torch.tensor(request.prompt_ids, device=self.device)
+        reuse, entry = self.prefix.match(prompt) if self.prefix is not None else (0, None)
+        if entry is not None:
+            self.cache.load(slot, entry.k, entry.v, reuse)
+        else:
+            self.cache.lengths[slot] = 0
+        ids = prompt[None, reuse:]
         last = torch.zeros(ids.shape, dtype=torch.bool, device=self.device)
         last[0, -1] = True
-        self.cache.lengths[slot] = 0
         logits, hidden = self.target(ids, self.cache, first_slot=slot, capture=self.capture, logits_rows=last)
         self.cache.keep(slot, torch.arange(ids.shape[1], device=self.device))
+        rows = [h[0] for h in hidden]
+        if entry is not None:
+            rows = [torch.cat([saved[:reuse], new]) for saved, new in zip(entry.hidden, rows)]
+        if self.prefix is not None:
+            self.prefix.store(prompt, *self.cache.rows(slot), rows)
+        seq.cached_tokens = reuse
         seq.entropies.append(float(entropy(logits)[0]))
         first = int(draw(logits, cfg.sampling, gen)[0])
         self._emit(seq, [first])
         seq.t_first = time.time()
-        self.proposer.begin(seq, [h[0] for h in hidden])
+        self.proposer.begin(seq, rows)
         return seq
 
     # -- one step for all live sequences -------------------------------------------------------------

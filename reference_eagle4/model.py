@@ -84,6 +84,17 @@ class KVCache:
             self.v[:, slot, :, dst] = self.v[:, slot, :, idx]
         self.lengths[slot] = start + n
 
+    def load(self, slot: int, k: Tensor, v: Tensor, n: int) -> None:
+        """Start a slot with the first n positions of saved keys/values ([layer, kv_head, position, dim])."""
+        self.k[:, slot, :, :n] = k[:, :, :n]
+        self.v[:, slot, :, :n] = v[:, :, :n]
+        self.lengths[slot] = n
+
+    def rows(self, slot: int) -> tuple[Tensor, Tensor]:
+        """Views of a slot's cached keys and values, [layer, kv_head, position, dim]."""
+        n = int(self.lengths[slot])
+        return self.k[:, slot, :, :n], self.v[:, slot, :, :n]
+
     def move(self, src_slot: int, dst_slot: int) -> None:
         """Move a sequence to another slot, so that live sequences stay in slots 0..B-1."""
         n = int(self.lengths[src_slot])

@@ -55,7 +55,8 @@ class Settings:
 
 
 class ReferenceRunner:
-    def __init__(self, target: str, dtype: str = "auto", threads: int | None = None):
+    def __init__(self, target: str, dtype: str = "auto", threads: int | None = None, prefix_cache: int = 8):
+        self.prefix_cache = prefix_cache      # prompts whose KV each engine keeps for reuse (0 = off)
         self.dtype_name = auto_dtype() if dtype == "auto" else dtype
         if self.dtype_name not in DTYPES:
             raise SpecbenchError(f"--dtype must be auto, float32 or bfloat16, got {dtype!r}")
@@ -84,6 +85,7 @@ class ReferenceRunner:
             "dtype": self.dtype_name,
             "device": f"cpu: {cpu_name()}",
             "threads": torch.get_num_threads(),
+            "prefix_cache": self.prefix_cache,
         }
 
     def requests(self, rows: Iterable[Row]) -> list[Request]:
@@ -104,7 +106,8 @@ class ReferenceRunner:
         cfg = GenerationConfig(
             max_new_tokens=settings.max_new_tokens,
             sampling=Sampling(settings.temperature, settings.top_p, settings.top_k),
-            eos_ids=self.eos_ids, concurrency=settings.concurrency, seed=settings.seed)
+            eos_ids=self.eos_ids, concurrency=settings.concurrency, seed=settings.seed,
+            prefix_cache=self.prefix_cache)
         return Engine(self.model, proposer, cfg, max_len)
 
     def max_len(self, requests: list[Request], settings: Settings) -> int:
@@ -134,6 +137,7 @@ class ReferenceRunner:
             "mean_entropy": sum(seq.entropies) / len(seq.entropies) if seq.entropies else 0.0,
             "t_start": seq.t_start,
             "t_end": seq.t_end,
+            "cached_prompt_tokens": seq.cached_tokens,
             "ttft_s": seq.t_first - seq.t_start,
             "latency_s": seq.t_end - seq.t_start,
         }

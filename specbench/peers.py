@@ -30,7 +30,8 @@ def bench_transformers(job: Job, max_new_tokens: int, seed: int = 0) -> tuple[Pe
     """(reference vanilla, transformers generate, share of prompts with identical tokens)."""
     from transformers import AutoModelForCausalLM
 
-    runner = ReferenceRunner(job.target, job.dtype, job.threads)
+    # transformers.generate prefills every prompt whole, so the reference engine does too here
+    runner = ReferenceRunner(job.target, job.dtype, job.threads, prefix_cache=0)
     requests = runner.requests(job.rows(seed))
     settings = Settings("vanilla", 1, 1, max_new_tokens)
     engine = runner.engine(settings, runner.max_len(requests, settings))

@@ -28,7 +28,7 @@ from specbench.runners.reference import ReferenceRunner, Settings
 
 # Settings that must match for `--resume` to append to an existing run.
 RESUME_KEYS = ("method", "budget", "concurrency", "max_new_tokens", "temperature", "top_p", "top_k", "seed",
-               "options", "dataset", "categories", "target", "dtype", "engine")
+               "options", "dataset", "categories", "target", "dtype", "engine", "prefix_cache")
 
 
 @dataclass
@@ -43,6 +43,7 @@ class Job:
     threads: int | None = None
     engine: str = "reference"                # reference | vllm | sglang (server engines: runners.openai_client)
     endpoint: str | None = None              # a running server's URL (else the server runner launches one)
+    prefix_cache: bool = True                # reference engine: reuse the KV of a prompt prefix seen recently
 
     def rows(self, seed: int) -> list[Row]:
         return load_rows(self.dataset, self.categories or None, self.limit, seed)
@@ -63,7 +64,11 @@ def make_runner(job: Job) -> Any:
     if job.engine == "reference":
         if job.endpoint:
             raise SpecbenchError("--endpoint is for server engines: add --engine vllm or --engine sglang")
-        return ReferenceRunner(job.target, job.dtype, job.threads)
+        return ReferenceRunner(job.target, job.dtype, job.threads, prefix_cache=8 if job.prefix_cache else 0)
+    if not job.prefix_cache:
+        raise SpecbenchError("--no-prefix-cache is for the reference engine; vLLM and SGLang servers cache "
+                             "prefixes by default (launch them with --no-enable-prefix-caching or "
+                             "--disable-radix-cache and pass --endpoint)")
     from specbench.runners.openai_client import server_runner
 
     return server_runner(job)

@@ -17,6 +17,8 @@ DATASET_HELP = "Bundled name (prompt-enhancement, fireworks), a .jsonl/.parquet 
 OPTION_HELP = "Method option KEY=VALUE (repeatable), e.g. --option matches=3 for an n-gram tree."
 ENGINE_HELP = ("reference (in-process), vllm or sglang (a server: --endpoint URL, or launched for the run; "
                "server options such as --option drafter=PATH --option tp=4: see specbench.runners.openai_client).")
+PREFIX_HELP = ("Reference engine: reuse the KV of the longest prefix a prompt shares with one of the last 8 "
+               "(the system prompt), as vLLM and SGLang do; --no-prefix-cache prefills every prompt whole.")
 ENDPOINT_HELP = "URL of a running vLLM / SGLang / `specbench serve` server (with --engine vllm or sglang)."
 
 
@@ -73,6 +75,7 @@ def register(app: typer.Typer) -> None:
         target: str = typer.Option("smollm2-135m", help="Known target name, a .gguf file, or a HF safetensors folder."),
         dtype: str = typer.Option("auto", help="auto (bf16 where the CPU has native bf16, else fp32), float32, bfloat16."),
         threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: all)."),
+        prefix_cache: bool = typer.Option(True, help=PREFIX_HELP),
         option: list[str] = typer.Option([], help=OPTION_HELP),
         engine: str = typer.Option("reference", help=ENGINE_HELP),
         endpoint: Optional[str] = typer.Option(None, help=ENDPOINT_HELP),
@@ -87,7 +90,7 @@ def register(app: typer.Typer) -> None:
         from specbench.run import Job, run_one
         from specbench.runners.reference import Settings
 
-        job = Job(dataset, list(category), limit, target, dtype, threads, engine, endpoint)
+        job = Job(dataset, list(category), limit, target, dtype, threads, engine, endpoint, prefix_cache)
         settings = Settings(method, budget, concurrency, max_new_tokens, temperature, top_p, top_k, seed,
                             parse_options(option))
         path = run_one(job, settings, out, resume)
@@ -109,6 +112,7 @@ def register(app: typer.Typer) -> None:
         target: str = typer.Option("smollm2-135m", help="Known target name, a .gguf file, or a HF safetensors folder."),
         dtype: str = typer.Option("auto", help="auto, float32 or bfloat16."),
         threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: all)."),
+        prefix_cache: bool = typer.Option(True, help=PREFIX_HELP),
         chunk: Optional[int] = typer.Option(None, min=1, help="Requests per interleaving block (default 1 at C=1, 4C)."),
         engine: str = typer.Option("reference", help="reference, vllm or sglang (server engines: one server per "
                                                      "method, launched in turn; --option drafter=PATH, tp=N ...)."),
@@ -124,7 +128,7 @@ def register(app: typer.Typer) -> None:
         from specbench.run import Job, run_compare
         from specbench.runners.reference import Settings
 
-        job = Job(dataset, list(category), limit, target, dtype, threads, engine)
+        job = Job(dataset, list(category), limit, target, dtype, threads, engine, prefix_cache=prefix_cache)
         base = Settings("vanilla", 1, 1, max_new_tokens, temperature, seed=seed, options=parse_options(option))
         names = [m.strip() for m in methods.split(",") if m.strip()]
         paths = run_compare(job, base, names, parse_ints("--budget", budget),

@@ -94,3 +94,23 @@ def test_unknown_method_is_one_clear_error(tiny_target, tmp_path):
     with pytest.raises(SpecbenchError, match="--method 'nope' is unknown"):
         cli.invoke(app, ["run", "--target", str(tiny_target), "--method", "nope", "--limit", "1",
                          "--out", str(tmp_path / "r")], catch_exceptions=False)
+
+
+def test_prefix_cache_skips_the_shared_system_prompt_without_changing_outputs(tiny_target, tmp_path):
+    runs = {}
+    for flag in ("--prefix-cache", "--no-prefix-cache"):
+        out = tmp_path / flag
+        res = cli.invoke(app, run_args(tiny_target, out, "--category", "text-to-video", flag))
+        assert res.exit_code == 0, res.output
+        runs[flag] = read_records(out)
+        assert read_manifest(out)["prefix_cache"] == (8 if flag == "--prefix-cache" else 0)
+    on, off = runs["--prefix-cache"], runs["--no-prefix-cache"]
+    assert [r["output_token_ids"] for r in on] == [r["output_token_ids"] for r in off]
+    assert on[0]["cached_prompt_tokens"] == 0 and all(r["cached_prompt_tokens"] > 100 for r in on[1:])
+    assert all(r["cached_prompt_tokens"] == 0 for r in off)
+
+
+def test_no_prefix_cache_on_a_server_engine_is_a_clear_error(tiny_target, tmp_path):
+    with pytest.raises(SpecbenchError, match="--no-prefix-cache is for the reference engine"):
+        cli.invoke(app, ["run", "--target", str(tiny_target), "--engine", "vllm", "--no-prefix-cache",
+                         "--limit", "1", "--out", str(tmp_path / "r")], catch_exceptions=False)
