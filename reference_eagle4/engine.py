@@ -132,7 +132,8 @@ class Engine:
     # -- one step for all live sequences -------------------------------------------------------------
     def _step(self, seqs: list[Sequence]) -> None:
         trees = self.proposer.propose(seqs)
-        B, T = len(seqs), max(len(t) for t in trees)
+        sizes = [len(t) for t in trees]
+        B, T = len(seqs), max(sizes)
         tokens = torch.zeros(B, T, dtype=torch.long)
         depths = torch.zeros(B, T, dtype=torch.long)
         masks = torch.empty(B, T, T, dtype=torch.bool)
@@ -142,24 +143,28 @@ class Engine:
             depths[b, :n] = torch.tensor(tree.depths)
             masks[b] = tree.mask(T)
         dev = self.device
+        ragged = min(sizes) < T          # trees of different sizes: skip the padding in every matmul
+        valid = (torch.arange(T)[None, :] < torch.tensor(sizes)[:, None]).to(dev) if ragged else None
         logits, hidden = self.target(tokens.to(dev), self.cache, tree_mask=masks.to(dev),
-                                     depths=depths.to(dev), capture=self.capture)
+                                     depths=depths.to(dev), capture=self.capture, valid=valid)
+        logits = logits.reshape(-1, logits.shape[-1])              # one row per tree node, tree after tree
+        starts = torch.tensor([0, *sizes[:-1]]).cumsum(0).tolist() if ragged else [b * T for b in range(B)]
         greedy = self.config.sampling.greedy
         argmax = logits.argmax(-1).tolist() if greedy else None
-        rows: list[tuple[int, int]] = []
+        rows: list[tuple[int, int]] = []                            # (sequence, logits row) of emitted tokens
         for b, (seq, tree) in enumerate(zip(seqs, trees)):
-            targets = argmax[b] if argmax is not None else \
-                draw(logits[b, : len(tree)], self.config.sampling, seq.generator).tolist()
+            lo = starts[b]
+            targets = argmax[lo: lo + len(tree)] if argmax is not None else \
+                draw(logits[lo: lo + len(tree)], self.config.sampling, seq.generator).tolist()
             verdict = walk(tree, targets)
             emitted = self._emit(seq, verdict.tokens)
             path = torch.tensor(verdict.path, device=dev)
             self.cache.keep(seq.slot, path)
-            rows.extend((b, node) for node in verdict.path[:emitted])
+            rows.extend((b, lo + node) for node in verdict.path[:emitted])
             seq.steps.append(self._step_record(tree, verdict.path, emitted))
             if not seq.done:
                 self.proposer.accepted(seq, verdict.path, [h[b, path] for h in hidden])
-        idx = torch.tensor(rows, device=dev)
-        ents = entropy(logits[idx[:, 0], idx[:, 1]]).tolist()
+        ents = entropy(logits[torch.tensor([r for _, r in rows], device=dev)]).tolist()
         for (b, _), ent in zip(rows, ents):
             seqs[b].entropies.append(ent)
 

@@ -5,15 +5,22 @@ nodes), P_v = product of draft probabilities along v's path (the chance the targ
 C = drafting time + verification time, both read from the measured cost table at the batch size and
 context of this step.
 
-Candidates are ranked best-first by P_v. Since P_v never grows along a path, every prefix of that
-ranking is closed under ancestors, so the planner only chooses how many nodes to keep. The engine pads
-every sequence of a batch to the largest tree, so the choice is one tree size T for the whole batch:
-each sequence verifies its own T best candidates, and T maximises A / C (T <= L - 1). On a concave cost
-curve this is the rule "add v while P_v / marginal cost > current A / C"; on a step-shaped curve it
-also fills a step to its edge. At large batch the verification cost rises steeply with T, so T shrinks
-towards a chain or vanilla on its own. Before each further draft level the planner asks whether the
-best child that level could add (each sequence's best frontier probability times the drafter's top-1
-confidence) pays for the level's drafting time plus its verification.
+Candidates are ranked best-first by P_v. Since P_v never grows along a path, every prefix of a
+sequence's ranking is closed under ancestors, so the planner only chooses how many nodes each sequence
+keeps: by default one size T for the whole batch (each sequence verifies its own T best candidates, T
+maximises A / C, T <= L - 1). On a concave cost curve this is the rule "add v while P_v / marginal cost >
+current A / C"; on a step-shaped curve it also fills a step to its edge. At large batch the verification
+cost rises steeply with T, so T shrinks towards a chain or vanilla on its own.
+
+With `per_sequence` the planner merges every sequence's candidates into one best-first ranking and keeps
+the prefix that maximises A / C (the engine packs ragged trees, so a step costs about what uniform trees
+with the same total tokens cost): confident sequences draft deep and unsure ones not at all. That
+maximises the expected tokens per step, but on a finite set of requests the unsure sequences it starves
+become the stragglers that set the wall time, and it measured slower (BENCHMARKS.md), so it is an option.
+
+Before each further draft level the planner asks whether the best child that level could add (each
+sequence's best frontier probability times the drafter's top-1 confidence) pays for the level's drafting
+time plus its verification.
 """
 
 from __future__ import annotations
@@ -26,13 +33,13 @@ from reference_eagle4.calibration import CostTable
 
 @dataclass(frozen=True)
 class Plan:
-    size: int            # drafted nodes each sequence verifies (root excluded)
+    sizes: list[int]     # drafted nodes each sequence verifies (root excluded)
     speed: float         # expected emitted tokens per ms for the batch
     accept: float        # A: expected tokens the step emits over the batch
 
 
 class TreePlanner:
-    """Plans the tree size of one step for a batch of sequences."""
+    """Plans the tree sizes of one step for a batch of sequences."""
 
     def __init__(self, table: CostTable, budget: int, batch: int, context: int):
         self.table = table
@@ -42,33 +49,45 @@ class TreePlanner:
         # keeps timing noise, e.g. a 4-token forward measured below a 2-token one, from steering the plan.
         self._verify = list(accumulate((table.verify(self.batch, context, t) for t in range(1, budget + 1)), max))
 
-    def verify_ms(self, tokens: int) -> float:
-        """One batched verification with `tokens` tokens per sequence (root included)."""
-        return self._verify[min(max(tokens, 1), self.budget) - 1]
+    def verify_ms(self, tokens: float) -> float:
+        """One batched verification with `tokens` tokens per sequence on average (root included)."""
+        t = min(max(tokens, 1.0), float(self.budget))
+        lo = int(t)
+        hi = min(lo + 1, self.budget)
+        return self._verify[lo - 1] + (t - lo) * (self._verify[hi - 1] - self._verify[lo - 1])
 
     def draft_ms(self, width: int) -> float:
         """One batched drafter forward over `width` nodes per sequence."""
         return self.table.draft(self.batch, width)
 
-    def best_size(self, probs: list[list[float]], draft_ms: float) -> Plan:
-        """probs[b]: sequence b's candidate probabilities, best first. Returns the best common size T."""
-        best = Plan(0, len(probs) / (draft_ms + self.verify_ms(1)), float(len(probs)))
-        accept = float(len(probs))
-        longest = min(max((len(p) for p in probs), default=0), self.budget - 1)
-        for n in range(1, longest + 1):
-            accept += sum(p[n - 1] for p in probs if len(p) >= n)
-            speed = accept / (draft_ms + self.verify_ms(n + 1))
-            if speed > best.speed:
-                best = Plan(n, speed, accept)
-        return best
+    def best_sizes(self, probs: list[list[float]], draft_ms: float, per_sequence: bool = False) -> Plan:
+        """probs[b]: sequence b's candidate probabilities, best first. Keeps the best-first prefix of all
+        sequences' candidates together that maximises the batch's expected speed; with per_sequence off,
+        one size for every sequence (the candidates ranked by depth in the sequence's list first)."""
+        B = len(probs)
+        ranked = sorted(((p, b, i) for b, row in enumerate(probs) for i, p in enumerate(row[: self.budget - 1])),
+                        key=(lambda pbi: -pbi[0]) if per_sequence else (lambda pbi: (pbi[2], -pbi[0])))
+        accept, best_n = float(B), 0
+        best = accept / (draft_ms + self.verify_ms(1))
+        for n, (p, _, i) in enumerate(ranked, 1):
+            accept += p
+            if not per_sequence and n < len(ranked) and ranked[n][2] == i:
+                continue                                   # one size for all: only whole ranks count
+            speed = accept / (draft_ms + self.verify_ms(1 + n / max(B, 1) if per_sequence else i + 2))
+            if speed > best:
+                best, best_n = speed, n
+        sizes = [0] * B
+        for _, b, _ in ranked[:best_n]:
+            sizes[b] += 1
+        return Plan(sizes, best, B + sum(p for p, _, _ in ranked[:best_n]))
 
     def worth_another_level(self, probs: list[list[float]], draft_ms: float, frontier_best: list[float],
-                            confidence: float, level_ms: float) -> bool:
+                            confidence: float, level_ms: float, per_sequence: bool = False) -> bool:
         """Draft one level deeper (costing `level_ms`) only if its best plausible children beat the current
         plan's speed. draft_ms: drafting time spent so far this step."""
         if max(frontier_best, default=0.0) <= 0.0:
             return False
-        now = self.best_size(probs, draft_ms)
+        now = self.best_sizes(probs, draft_ms, per_sequence)
         grown = [sorted([*p, f * confidence], reverse=True) for p, f in zip(probs, frontier_best)]
-        later = self.best_size(grown, draft_ms + level_ms)
+        later = self.best_sizes(grown, draft_ms + level_ms, per_sequence)
         return later.speed > now.speed

@@ -144,10 +144,14 @@ class Block(nn.Module):
         self.down = nn.Linear(args.intermediate, args.dim, bias=False)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache_k: Tensor, cache_v: Tensor,
-                write: tuple[Tensor, Tensor], attend: Callable[[Tensor, Tensor, Tensor], Tensor]) -> Tensor:
+                write: tuple[Tensor, Tensor], attend: Callable[[Tensor, Tensor, Tensor], Tensor],
+                packed: "Packing | None" = None) -> Tensor:
+        """x: [B, T, dim], or [N, dim] holding only the real tokens when `packed` (attention unpacks)."""
         a = self.args
-        B, T, _ = x.shape
+        B, T = cos.shape[0], cos.shape[2]
         qkv = self.qkv(self.attn_norm(x))
+        if packed is not None:
+            qkv = packed.unpack(qkv)
         q, k, v = qkv.split([a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim, a.n_kv_heads * a.head_dim], -1)
         q = apply_rope(q.view(B, T, a.n_heads, a.head_dim).transpose(1, 2), cos, sin)
         k = apply_rope(k.view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2), cos, sin)
@@ -155,10 +159,33 @@ class Block(nn.Module):
         rows, cols = write
         cache_k[rows, :, cols] = k.transpose(1, 2).to(cache_k.dtype)
         cache_v[rows, :, cols] = v.transpose(1, 2).to(cache_v.dtype)
-        out = attend(q, cache_k, cache_v)
-        x = x + self.o(out.transpose(1, 2).reshape(B, T, -1))
+        out = attend(q, cache_k, cache_v).transpose(1, 2).reshape(B, T, -1)
+        x = x + self.o(out if packed is None else packed.pack(out))
         g, u = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(g) * u)
+
+
+class Packing:
+    """The real tokens of a ragged step ([B, T] with padding), so matmuls run on N rows instead of B * T.
+
+    A verification step pads every tree to the largest; the linears and the LM head, nearly all of a
+    step's time, then pay for the padding too. Packing drops it: only attention sees the [B, T] layout.
+    """
+
+    def __init__(self, valid: Tensor):
+        self.shape = valid.shape
+        self.rows = valid.reshape(-1).nonzero().squeeze(1)
+
+    def pack(self, x: Tensor) -> Tensor:
+        """[B, T, d] -> [N, d]."""
+        return x.reshape(-1, x.shape[-1])[self.rows]
+
+    def unpack(self, x: Tensor) -> Tensor:
+        """[N, d] -> [B, T, d] with zeros in the padding."""
+        B, T = self.shape
+        out = x.new_zeros(B * T, x.shape[-1])
+        out[self.rows] = x
+        return out.view(B, T, -1)
 
 
 class PackedLinear(nn.Module):
@@ -234,7 +261,8 @@ class Transformer(nn.Module):
 
     def forward(self, tokens: Tensor, cache: KVCache, tree_mask: Tensor | None = None,
                 depths: Tensor | None = None, capture: tuple[int, ...] = (),
-                logits_rows: Tensor | None = None, first_slot: int = 0) -> tuple[Tensor, list[Tensor]]:
+                logits_rows: Tensor | None = None, first_slot: int = 0,
+                valid: Tensor | None = None) -> tuple[Tensor, list[Tensor]]:
         """Append `tokens` [B, T] after the cached tokens of slots first_slot..first_slot+B-1.
 
         tree_mask [B, T, T] (bool, row i = the new tokens token i sees) defaults to causal; depths [B, T]
@@ -242,6 +270,8 @@ class Transformer(nn.Module):
         sequence need only see themselves. The cache lengths are NOT advanced: the caller keeps the
         accepted tokens with `cache.keep`. `capture` lists layers whose input hidden states are returned.
         `logits_rows` ([B, T] bool) limits the LM head to the rows that are needed (e.g. prefill's last).
+        `valid` ([B, T] bool) marks the real tokens of a padded batch: the matmuls skip the rest, and the
+        logits come back for the real tokens only, [N, V] in row-major order (not with `logits_rows`).
         """
         B, T = tokens.shape
         dev = tokens.device
@@ -260,14 +290,15 @@ class Transformer(nn.Module):
         write = (torch.arange(B, device=dev)[:, None].expand(B, T), lens[:, None] + steps)
         attend = self._attention(lens, tree_mask, kv_len)
 
-        x = self.embed(tokens)
+        packed = Packing(valid) if valid is not None else None
+        x = self.embed(tokens if packed is None else packed.pack(tokens[..., None]).squeeze(1))
         hidden = []
         for i, layer in enumerate(self.layers):
             if i in capture:
-                hidden.append(x)
-            x = layer(x, cos, sin, cache.k[i, first_slot:], cache.v[i, first_slot:], write, attend)
+                hidden.append(x if packed is None else packed.unpack(x))
+            x = layer(x, cos, sin, cache.k[i, first_slot:], cache.v[i, first_slot:], write, attend, packed)
         if self.args.n_layers in capture:
-            hidden.append(x)
+            hidden.append(x if packed is None else packed.unpack(x))
         x = self.norm(x)
         if logits_rows is not None:
             x = x[logits_rows]

@@ -25,6 +25,13 @@ def target_embedding_and_head(target: Any) -> tuple[Tensor, Tensor]:
     return emb, head
 
 
+def flag_option(value: Any) -> bool:
+    """An on/off method option, given from Python or as `--option key=off` on the command line."""
+    if isinstance(value, str):
+        return value.lower() not in ("0", "false", "no", "off")
+    return bool(value)
+
+
 def register(name: str, summary: str) -> Callable[[type["Proposer"]], type["Proposer"]]:
     """Add a proposer class under `name`; `summary` is its line in `specbench methods`."""
     def deco(cls: type["Proposer"]) -> type["Proposer"]:

@@ -5,10 +5,11 @@ features), append the newly verified rows each step, and run one batched forward
 [root, MASK x (B - 1)] for every live sequence.
 
 dflash verifies the first L - 1 drafts. dspark drafts left to right through its Markov head, predicts
-each draft's acceptance with its confidence head, and verifies the chain prefix that maximises expected
-emitted tokens per millisecond under the measured cost table at the current batch size (the harness's
-`TreePlanner` with one candidate per depth): long chains when the drafter is confident and the batch is
-small, short ones at C = 8 where every verified token costs more. Each step records the planned length
+each draft's acceptance with its confidence head, and verifies for each sequence the chain prefix that,
+with the other sequences' prefixes, maximises expected emitted tokens per millisecond under the measured
+cost table at the current batch size (the harness's `TreePlanner` with one candidate per depth): long
+chains when the drafter is confident and the batch is small, short ones at C = 8 where every verified
+token costs more, and none for a sequence whose first draft is unlikely. Each step records the planned length
 and the predicted acceptance (`pred_accept`: the expected accepted drafts of the verified prefix).
 """
 
@@ -236,11 +237,12 @@ class DSparkProposer(DFlashProposer):
         self._draft_ms = ms if not self._draft_ms else 0.8 * self._draft_ms + 0.2 * ms
         cum = conf.cumprod(1)                                              # P(draft k and all before accepted)
         planner = TreePlanner(self.table, self.budget, len(seqs), max(len(s.tokens) for s in seqs))
-        plan = planner.best_size(cum.tolist(), self._draft_ms)
-        pred = cum[:, : plan.size].sum(1).tolist()
+        plan = planner.best_sizes(cum.tolist(), self._draft_ms)
         trees = []
         for b, (s, row) in enumerate(zip(seqs, drafts)):
-            tree = DraftTree.chain(s.tokens[-1], row[: plan.size])
-            tree.info = {"planned": plan.size, "pred_accept": round(pred[b], 3), "conf1": round(float(conf[b, 0]), 3)}
+            n = plan.sizes[b]
+            tree = DraftTree.chain(s.tokens[-1], row[:n])
+            tree.info = {"planned": n, "pred_accept": round(float(cum[b, :n].sum()), 3),
+                         "conf1": round(float(conf[b, 0]), 3)}
             trees.append(tree)
         return trees

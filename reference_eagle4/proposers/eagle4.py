@@ -30,7 +30,7 @@ from torch import Tensor
 
 from reference_eagle4.drafters import DEFAULT_EAGLE4
 from reference_eagle4.drafters.eagle4 import Eagle4Drafter, load_drafter
-from reference_eagle4.proposers.base import Proposer, register, target_embedding_and_head
+from reference_eagle4.proposers.base import Proposer, flag_option, register, target_embedding_and_head
 from reference_eagle4.tree import DraftTree
 
 if TYPE_CHECKING:
@@ -117,8 +117,7 @@ class Eagle4Proposer(Proposer):
         self._ablations = dict(window=window, head=head, rank=rank, topk_candidates=topk_candidates)
         top_k = None if top_k is None else int(top_k)
         depth = None if depth is None else int(depth)
-        if isinstance(early_stop, str):
-            early_stop = early_stop.lower() not in ("0", "false", "no", "off")
+        early_stop = flag_option(early_stop)
         n = max(budget - 1, 0)
         self.top_k = max(1, min(top_k if top_k is not None else self.default_top_k, max(n, 1)))
         if depth is None:
@@ -293,10 +292,10 @@ class Eagle4Proposer(Proposer):
         child of the root). The static tree verifies the drafter's own; the harness adds lookup drafts."""
         return scores, tokens, parents
 
-    def _tree_size(self, scores: Tensor) -> int:
-        """Drafted nodes to verify per sequence (root excluded) given every candidate's cumulative
+    def _tree_sizes(self, scores: Tensor) -> list[int]:
+        """Drafted nodes each sequence verifies (root excluded) given every candidate's cumulative
         log-probability [B, n], at most L-1: the static tree takes L-1."""
-        return self.budget - 1
+        return [self.budget - 1] * scores.shape[0]
 
     def _draft(self, slots: list[int], last: Tensor, roots: list[int], n_draft: int,
                catch_up_ms: float = 0.0) -> list[DraftTree]:
@@ -368,16 +367,20 @@ class Eagle4Proposer(Proposer):
             level += 1
             level_ms = 1000 * (time.perf_counter() - t0)
         all_s, all_t, all_p = self._candidates(torch.cat(scores, 1), torch.cat(tokens, 1), torch.cat(parents, 1))
-        n = max(0, min(self._tree_size(all_s), n_draft, all_s.shape[1]))
+        N = all_s.shape[1]
+        sizes = [max(0, min(n, n_draft, N)) for n in self._tree_sizes(all_s)]
+        n = max(sizes)
         order = torch.sort(all_s, dim=-1, descending=True, stable=True).indices[:, :n]
-        chosen = order.sort(dim=-1).values                                            # parents first
-        inv = torch.zeros(B, all_s.shape[1], dtype=torch.long, device=dev)
+        # a sequence keeping fewer than n nodes marks the rest with the sentinel record N, sorted last
+        keep = torch.arange(n, device=dev)[None, :] < torch.tensor(sizes, device=dev)[:, None]
+        chosen = torch.where(keep, order, N).sort(dim=-1).values                      # parents first
+        inv = torch.zeros(B, N + 1, dtype=torch.long, device=dev)
         inv.scatter_(1, chosen, torch.arange(1, n + 1, device=dev).expand(B, n))
-        par_rec = all_p.gather(1, chosen)
+        par_rec = torch.cat([all_p, all_p.new_full((B, 1), -1)], 1).gather(1, chosen)
         par_node = torch.where(par_rec < 0, 0, inv.gather(1, par_rec.clamp(min=0)))
-        toks = all_t.gather(1, chosen).tolist()
+        toks = torch.cat([all_t, all_t.new_zeros(B, 1)], 1).gather(1, chosen).tolist()
         pars = par_node.tolist()
-        return [DraftTree([roots[b], *toks[b]], [-1, *pars[b]]) for b in range(B)]
+        return [DraftTree([roots[b], *toks[b][: sizes[b]]], [-1, *pars[b][: sizes[b]]]) for b in range(B)]
 
 
 def drafter_level_fn(proposer: Eagle4Proposer, batch: int, width: int, context: int = 256):

@@ -2,8 +2,9 @@
 
 Same drafter and level-by-level expansion as `eagle4-tree`, but no fixed depth or tree size: before each
 further draft level the `TreePlanner` decides from the measured cost table (and the measured drafter
-time) whether another level pays for itself, and at the end how many best-first nodes every sequence
-verifies (the budget L only caps it). Wide and deep at C = 1, narrow, a chain or plain decoding at large
+time) whether another level pays for itself, and at the end how many best-first nodes each sequence
+verifies (the budget L only caps it; `--option per_sequence=on` lets confident sequences of a batch take
+more than unsure ones). Wide and deep at C = 1, narrow, a chain or plain decoding at large
 batch, by measurement rather than by hand-set constants.
 
 Prompt lookup joins the candidates (`lookup`, on by default): the continuation of the context's longest
@@ -24,7 +25,7 @@ from torch import Tensor
 
 from reference_eagle4.calibration import CostTable, table_for
 from reference_eagle4.harness import TreePlanner
-from reference_eagle4.proposers.base import register
+from reference_eagle4.proposers.base import flag_option, register
 from reference_eagle4.proposers.eagle4 import Eagle4Proposer
 from reference_eagle4.proposers.ngram import LookupAcceptance, lookup
 
@@ -41,12 +42,11 @@ class Eagle4Harness(Eagle4Proposer):
     default_top_k = 8
 
     def __init__(self, budget: int, table: CostTable | str | None = None, lookup: Any = True,
-                 lookup_max_n: int = 3, **options: Any) -> None:
+                 lookup_max_n: int = 3, per_sequence: Any = False, **options: Any) -> None:
         options.setdefault("depth", max(budget - 1, 1))
         super().__init__(budget, **options)
-        if isinstance(lookup, str):
-            lookup = lookup.lower() not in ("0", "false", "no", "off")
-        self.lookup = bool(lookup)
+        self.lookup = flag_option(lookup)
+        self.per_sequence = flag_option(per_sequence)   # on: tree sizes per sequence (see harness.py)
         self.lookup_max_n = int(lookup_max_n)
         self.lookup_acceptance = LookupAcceptance(self.lookup_max_n, max(budget - 1, 1))
         self._step_drafts: list[tuple[int, list[int]] | None] = []  # (match length, lookup draft) per sequence
@@ -68,7 +68,8 @@ class Eagle4Harness(Eagle4Proposer):
     def config(self) -> dict[str, Any]:
         return {**super().config(), "cost_table": self.table_source,
                 "cost_table_key": self.table.key if self.table else None,
-                "lookup": self.lookup, "lookup_max_n": self.lookup_max_n if self.lookup else None}
+                "lookup": self.lookup, "lookup_max_n": self.lookup_max_n if self.lookup else None,
+                "per_sequence": self.per_sequence}
 
     def propose(self, seqs: list["Sequence"]) -> list["DraftTree"]:  # type: ignore[override]
         assert self.table is not None, "bind() the proposer to a target first"
@@ -145,10 +146,10 @@ class Eagle4Harness(Eagle4Proposer):
             return False
         return self._planner.worth_another_level(
             self._best_probs(scores), self._spent_ms, frontier[:, 0].exp().tolist(), float(top1.exp().mean()),
-            self._next_level_ms(frontier.shape[1]))
+            self._next_level_ms(frontier.shape[1]), self.per_sequence)
 
-    def _tree_size(self, scores: Tensor) -> int:
-        return self._planner.best_size(self._top_probs(scores), self._spent_ms).size
+    def _tree_sizes(self, scores: Tensor) -> list[int]:
+        return self._planner.best_sizes(self._top_probs(scores), self._spent_ms, self.per_sequence).sizes
 
     def _best_probs(self, scores: list[Tensor]) -> list[list[float]]:
         """While drafting: the drafter's nodes so far and the lookup draft (a shared node counted twice)."""

@@ -20,31 +20,46 @@ PROBS = [0.9, 0.8, 0.7, 0.55, 0.45, 0.4, 0.3, 0.25, 0.2, 0.15, 0.12, 0.1, 0.08, 
 
 
 def test_flat_table_gives_a_wider_tree_than_a_steep_one():
-    flat = TreePlanner(table(0.05), budget=16, batch=1, context=256).best_size([PROBS], 0.0)
-    steep = TreePlanner(table(3.0), budget=16, batch=1, context=256).best_size([PROBS], 0.0)
-    assert flat.size == 15                      # nearly free tokens: fill the budget
-    assert 0 < steep.size < flat.size
+    flat = TreePlanner(table(0.05), budget=16, batch=1, context=256).best_sizes([PROBS], 0.0)
+    steep = TreePlanner(table(3.0), budget=16, batch=1, context=256).best_sizes([PROBS], 0.0)
+    assert flat.sizes == [15]                   # nearly free tokens: fill the budget
+    assert 0 < steep.sizes[0] < 15
 
 
 def test_larger_batches_get_smaller_trees():
     t = table(0.6, batch_factor=1.0)
-    one = TreePlanner(t, budget=16, batch=1, context=256).best_size([PROBS], 0.0)
-    eight = TreePlanner(t, budget=16, batch=8, context=256).best_size([PROBS] * 8, 0.0)
-    assert eight.size < one.size
+    one = TreePlanner(t, budget=16, batch=1, context=256).best_sizes([PROBS], 0.0)
+    eight = TreePlanner(t, budget=16, batch=8, context=256).best_sizes([PROBS] * 8, 0.0)
+    assert max(eight.sizes) < one.sizes[0]
 
 
 def test_never_beyond_the_budget_and_zero_when_drafts_are_hopeless():
     cheap = TreePlanner(table(0.01), budget=4, batch=1, context=256)
-    assert cheap.best_size([PROBS], 0.0).size == 3
+    assert cheap.best_sizes([PROBS], 0.0).sizes == [3]
     costly = TreePlanner(table(5.0), budget=16, batch=1, context=256)
-    assert costly.best_size([[0.01, 0.005]], 0.0).size == 0
+    assert costly.best_sizes([[0.01, 0.005]], 0.0).sizes == [0]
 
 
 def test_chosen_size_maximises_expected_speed():
     planner = TreePlanner(table(1.0), budget=16, batch=1, context=256)
-    plan = planner.best_size([PROBS], 2.0)
+    plan = planner.best_sizes([PROBS], 2.0)
     speeds = [(1 + sum(PROBS[:n])) / (2.0 + planner.verify_ms(n + 1)) for n in range(16)]
-    assert plan.size == max(range(16), key=lambda n: speeds[n])
+    assert plan.sizes == [max(range(16), key=lambda n: speeds[n])]
+
+
+def test_a_batch_spends_its_tokens_on_the_confident_sequences():
+    """One sure and one unsure sequence: the sure one drafts deep, the unsure one not at all, and that
+    plan is faster than giving both the same size."""
+    t = table(2.0, batch_factor=0.5)
+    planner = TreePlanner(t, budget=16, batch=2, context=256)
+    sure, unsure = [0.95, 0.9, 0.85, 0.8, 0.75, 0.7], [0.1, 0.05, 0.02]
+    plan = planner.best_sizes([sure, unsure], 0.0, per_sequence=True)
+    assert plan.sizes[0] >= 4 and plan.sizes[1] == 0
+    uniform = max((2 + sum(sure[:n]) + sum(unsure[:n])) / planner.verify_ms(1 + n) for n in range(7))
+    assert plan.speed > uniform
+    same = planner.best_sizes([sure, unsure], 0.0)                      # the default: one size for both
+    assert same.sizes == [same.sizes[0], min(same.sizes[0], len(unsure))]
+    assert abs(same.speed - uniform) < 1e-9
 
 
 def test_another_level_only_when_confident_and_cheap():

@@ -62,7 +62,9 @@ def test_keeping_an_accepted_branch_compacts_the_cache(models):
     assert (nxt[0, 0] - ref).abs().max() < 1e-4
 
 
-def test_ragged_batch_equals_sequences_run_alone(models):
+@pytest.mark.parametrize("packed", [False, True])
+def test_ragged_batch_equals_sequences_run_alone(models, packed):
+    """Padding rows change nothing, whether computed (padded) or skipped by every matmul (packed)."""
     _, ours = models
     g = torch.Generator().manual_seed(4)
     a, b = torch.randint(0, 300, (1, 7), generator=g), torch.randint(0, 300, (1, 15), generator=g)
@@ -74,13 +76,20 @@ def test_ragged_batch_equals_sequences_run_alone(models):
         batch.keep(1, torch.arange(15))
         step = torch.tensor([[3, 4], [5, 0]])                       # second row is one real token + padding
         mask = torch.tensor([[[1, 0], [1, 1]], [[1, 0], [0, 1]]], dtype=torch.bool)
-        out, _ = ours(step, batch, tree_mask=mask)
+        valid = torch.tensor([[True, True], [True, False]]) if packed else None
+        out, hidden = ours(step, batch, tree_mask=mask, capture=(2,), valid=valid)
+        if packed:
+            assert out.shape[0] == 3                                # logits for the real tokens only
+            out = torch.stack([out[:2], torch.cat([out[2:], out[2:]])])
         for row, (prefix, toks) in enumerate([(a, [3, 4]), (b, [5])]):
             alone = ours.new_cache(1, 64)
             ours(prefix, alone)
             alone.keep(0, torch.arange(prefix.shape[1]))
-            ref, _ = ours(torch.tensor([toks]), alone)
-            assert (out[row, : len(toks)] - ref[0]).abs().max() < 1e-5
+            ref, ref_hidden = ours(torch.tensor([toks]), alone, capture=(2,))
+            n, P = len(toks), prefix.shape[1]
+            assert (out[row, :n] - ref[0]).abs().max() < 1e-5
+            assert (hidden[0][row, :n] - ref_hidden[0][0]).abs().max() < 1e-5
+            assert (batch.k[:, row, :, P: P + n] - alone.k[:, 0, :, P: P + n]).abs().max() < 1e-5
 
 
 def test_captured_hidden_states_are_layer_inputs(models):
