@@ -205,6 +205,13 @@ def _load_manifest(run_dir: Path) -> dict[str, Any]:
     return manifest
 
 
+def method_label(manifest: dict[str, Any]) -> str:
+    """The method as tables and plots name it: with its own options when it ran as a variant
+    (`eagle4-harness+lookup=off`), so variants of one method stay apart."""
+    variant = manifest.get("variant") or {}
+    return "+".join([str(manifest["method"]), *(f"{k}={v}" for k, v in variant.items())])
+
+
 def summarize_run(run_dir: str | Path) -> dict[str, Any]:
     """Manifest fields + every metric over the run's ok records + the same metrics per category.
 
@@ -216,6 +223,7 @@ def summarize_run(run_dir: str | Path) -> dict[str, Any]:
     categories = sorted({r["category"] for r in records})
     return {
         **{k: manifest.get(k) for k in MANIFEST_KEYS},
+        "method": method_label(manifest),
         "run_dir": str(run_dir),
         "manifest": manifest,
         **summarize_records(records),

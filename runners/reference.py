@@ -52,6 +52,9 @@ class Settings:
     top_k: int = 0
     seed: int = 0
     options: dict[str, Any] = field(default_factory=dict)
+    # options given to this method alone (`compare --methods name:key=value`), already in `options`;
+    # they name the run apart from the same method without them
+    variant: dict[str, Any] = field(default_factory=dict)
 
 
 class ReferenceRunner:

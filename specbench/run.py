@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shlex
 import sys
 import time
@@ -21,6 +22,7 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from specbench.analysis.metrics import method_label
 from specbench.dataset import Row, load_rows
 from specbench.errors import SpecbenchError
 from specbench.records import MANIFEST_FILE, RecordWriter, iter_finished_ids, read_manifest
@@ -227,26 +229,59 @@ def run_one(job: Job, settings: Settings, out: Path | None, resume: bool) -> Pat
     if resume and out is None:
         raise SpecbenchError("--resume needs --out RUN_DIR (the run to continue)")
     path = out or Path("runs") / new_run_id(settings)
+    if job.engine == "reference":
+        check_method_options([(settings.method, {})], settings.options)
     runner = make_runner(job)
     return execute(runner, job, [settings], [path], resume, None, chunk=max(1, settings.concurrency))[0]
 
 
-def run_compare(job: Job, base: Settings, methods: list[str], budgets: list[int], concurrencies: list[int],
-                out: Path | None, resume: bool, chunk: int | None) -> list[Path]:
-    """All methods x budgets (vanilla once) at each concurrency, interleaved on the same requests."""
-    if "vanilla" not in methods:
-        methods = ["vanilla", *methods]
+def check_method_options(methods: list[tuple[str, dict[str, Any]]], shared: dict[str, Any]) -> None:
+    """A method's own option must be one it takes, and a shared --option one that some method takes:
+    a misspelt option is an error, never a run that silently ignored it."""
+    from reference_eagle4.proposers import PROPOSERS
+    from reference_eagle4.proposers.base import option_names
+
+    known = {}
+    for name, own in methods:
+        if name not in PROPOSERS:
+            return                                   # the engine names the unknown method
+        known[name] = option_names(PROPOSERS[name])
+        for key in own:
+            if key not in known[name]:
+                raise SpecbenchError(f"--methods {name}:{key}=...: {name} has no option {key!r} "
+                                     f"(it takes {', '.join(sorted(known[name])) or 'none'})")
+    for key in shared:
+        if not any(key in k for k in known.values()):
+            takes = "; ".join(f"{m} takes {', '.join(sorted(k)) or 'none'}" for m, k in known.items() if m != "vanilla")
+            raise SpecbenchError(f"--option {key}: no method here takes it ({takes})")
+
+
+def _dir_label(settings: Settings) -> str:
+    """The method label as a folder name (an option's value may hold a path)."""
+    return re.sub(r"[^\w.=+-]", "_", method_label(asdict(settings)))
+
+
+def run_compare(job: Job, base: Settings, methods: list[tuple[str, dict[str, Any]]], budgets: list[int],
+                concurrencies: list[int], out: Path | None, resume: bool, chunk: int | None) -> list[Path]:
+    """All methods x budgets (vanilla once) at each concurrency, interleaved on the same requests.
+
+    methods: (name, the options of this entry alone); one name may appear with several option sets."""
+    if ("vanilla", {}) not in methods:
+        methods = [("vanilla", {}), *methods]
     root = out or Path("runs") / f"compare-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     if resume and not root.exists():
         raise SpecbenchError(f"--resume: {root} does not exist")
     compare_id = root.name
+    if job.engine == "reference":
+        check_method_options(methods, base.options)
     runner = make_runner(job)
     paths = []
     for c in concurrencies:
         variants = []
-        for m in methods:
+        for m, own in methods:
             for L in ([1] if m == "vanilla" else budgets):
-                variants.append(replace(base, method=m, budget=L, concurrency=c))
-        dirs = [root / f"{s.method}-L{s.budget}-C{c}" for s in variants]
+                variants.append(replace(base, method=m, budget=L, concurrency=c,
+                                        options={**base.options, **own}, variant=own))
+        dirs = [root / f"{_dir_label(s)}-L{s.budget}-C{c}" for s in variants]
         paths += execute(runner, job, variants, dirs, resume, compare_id, chunk or (1 if c == 1 else 4 * c))
     return paths

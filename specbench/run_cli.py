@@ -22,17 +22,29 @@ PREFIX_HELP = ("Reference engine: reuse the KV of the longest prefix a prompt sh
 ENDPOINT_HELP = "URL of a running vLLM / SGLang / `specbench serve` server (with --engine vllm or sglang)."
 
 
-def parse_options(items: list[str]) -> dict[str, Any]:
+def parse_options(items: list[str], flag: str = "--option") -> dict[str, Any]:
     options: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise SpecbenchError(f"--option {item!r}: expected KEY=VALUE")
+            raise SpecbenchError(f"{flag} {item!r}: expected KEY=VALUE")
         try:
             options[key] = json.loads(raw)
         except json.JSONDecodeError:
             options[key] = raw
     return options
+
+
+def parse_methods(text: str) -> list[tuple[str, dict[str, Any]]]:
+    """`ngram,eagle4-harness,eagle4-harness:lookup=off` -> [(name, that entry's own options), ...]."""
+    out = []
+    for entry in (e.strip() for e in text.split(",")):
+        if entry:
+            name, *opts = entry.split(":")
+            out.append((name, parse_options(opts, f"--methods {entry}:")))
+    if not out:
+        raise SpecbenchError("--methods: name at least one method")
+    return out
 
 
 def parse_ints(flag: str, text: str) -> list[int]:
@@ -100,7 +112,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def compare(
-        methods: str = typer.Option("vanilla,ngram", help="Comma-separated methods; vanilla is always added."),
+        methods: str = typer.Option("vanilla,ngram", help=(
+            "Comma-separated methods; vanilla is always added. A method may carry options of its own after "
+            "colons, so variants run side by side: eagle4-harness,eagle4-harness:lookup=off")),
         budget: str = typer.Option("8", help="Comma-separated budgets L, e.g. 4,8,16 (vanilla runs once)."),
         concurrency: str = typer.Option("1", help="Comma-separated concurrencies, e.g. 1,8."),
         dataset: str = typer.Option("prompt-enhancement", help=DATASET_HELP),
@@ -130,8 +144,7 @@ def register(app: typer.Typer) -> None:
 
         job = Job(dataset, list(category), limit, target, dtype, threads, engine, prefix_cache=prefix_cache)
         base = Settings("vanilla", 1, 1, max_new_tokens, temperature, seed=seed, options=parse_options(option))
-        names = [m.strip() for m in methods.split(",") if m.strip()]
-        paths = run_compare(job, base, names, parse_ints("--budget", budget),
+        paths = run_compare(job, base, parse_methods(methods), parse_ints("--budget", budget),
                             parse_ints("--concurrency", concurrency), out, resume, chunk)
         root = paths[0].parent
         _finish(paths, report or root / "report")
@@ -182,7 +195,7 @@ def _print_failures(paths: list[Path]) -> None:
 
 def _print_match_rates(paths: list[Path]) -> None:
     """Share of requests whose output equals vanilla's at the same concurrency (1.0 when lossless in fp32)."""
-    from specbench.analysis.metrics import output_match_rate
+    from specbench.analysis.metrics import method_label, output_match_rate
     from specbench.records import read_manifest, read_records
 
     runs = [(read_manifest(p), read_records(p)) for p in paths]
@@ -190,5 +203,5 @@ def _print_match_rates(paths: list[Path]) -> None:
     for m, recs in runs:
         if m["method"] != "vanilla" and m["concurrency"] in base:
             rate = output_match_rate(recs, base[m["concurrency"]])
-            console.print(f"{m['method']} L={m['budget']} C={m['concurrency']}: output identical to vanilla "
+            console.print(f"{method_label(m)} L={m['budget']} C={m['concurrency']}: output identical to vanilla "
                           f"for {rate:.1%} of requests ({m['dtype']})")

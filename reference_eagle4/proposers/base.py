@@ -32,6 +32,19 @@ def flag_option(value: Any) -> bool:
     return bool(value)
 
 
+def option_names(cls: type["Proposer"]) -> set[str]:
+    """Every option a proposer class takes: the named parameters of the constructors along its bases
+    (the `**options` they pass on carry a command line's options meant for other methods)."""
+    import inspect
+
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if "__init__" in vars(klass) and klass is not object:
+            names |= {n for n, p in inspect.signature(klass.__init__).parameters.items()
+                      if p.kind is p.POSITIONAL_OR_KEYWORD or p.kind is p.KEYWORD_ONLY}
+    return names - {"self", "budget"}
+
+
 def register(name: str, summary: str) -> Callable[[type["Proposer"]], type["Proposer"]]:
     """Add a proposer class under `name`; `summary` is its line in `specbench methods`."""
     def deco(cls: type["Proposer"]) -> type["Proposer"]:

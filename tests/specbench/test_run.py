@@ -114,3 +114,35 @@ def test_no_prefix_cache_on_a_server_engine_is_a_clear_error(tiny_target, tmp_pa
     with pytest.raises(SpecbenchError, match="--no-prefix-cache is for the reference engine"):
         cli.invoke(app, ["run", "--target", str(tiny_target), "--engine", "vllm", "--no-prefix-cache",
                          "--limit", "1", "--out", str(tmp_path / "r")], catch_exceptions=False)
+
+
+def test_compare_runs_variants_of_one_method_side_by_side(tiny_target, tmp_path):
+    out = tmp_path / "cmp"
+    res = cli.invoke(app, ["compare", "--target", str(tiny_target), "--methods", "ngram,ngram:matches=3",
+                           "--budget", "4", "--limit", "2", "--max-new-tokens", "10", "--dtype", "float32",
+                           "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    dirs = sorted(p.name for p in out.iterdir() if p.is_dir() and p.name != "report")
+    assert dirs == ["ngram+matches=3-L4-C1", "ngram-L4-C1", "vanilla-L1-C1"]
+    m = read_manifest(out / "ngram+matches=3-L4-C1")
+    assert (m["method"], m["variant"], m["options"]) == ("ngram", {"matches": 3}, {"matches": 3})
+    assert m["method_config"] != read_manifest(out / "ngram-L4-C1")["method_config"]
+    board = (out / "report" / "leaderboard.md").read_text()
+    assert "| ngram+matches=3 |" in board and "| ngram |" in board
+    assert "ngram+matches=3 L=4 C=1: output identical to vanilla" in res.output
+
+
+def test_a_malformed_method_option_names_the_entry(tiny_target, tmp_path):
+    with pytest.raises(SpecbenchError, match="--methods ngram:matches: 'matches': expected KEY=VALUE"):
+        cli.invoke(app, ["compare", "--target", str(tiny_target), "--methods", "ngram:matches",
+                         "--out", str(tmp_path / "c")], catch_exceptions=False)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--method", "ngram", "--option", "lookup=off"], "--option lookup: no method here takes it "
+                                                             r"\(ngram takes matches, max_n, min_n\)"),
+    (["compare", "--methods", "ngram:lokup=off"], "--methods ngram:lokup=...: ngram has no option 'lokup'"),
+])
+def test_an_option_no_method_takes_is_an_error_not_ignored(tiny_target, tmp_path, args, message):
+    with pytest.raises(SpecbenchError, match=message):
+        cli.invoke(app, [*args, "--target", str(tiny_target), "--out", str(tmp_path / "r")], catch_exceptions=False)
