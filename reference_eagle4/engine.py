@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any, Callable, Iterable
 
 import torch
@@ -148,7 +149,7 @@ class Engine:
         logits, hidden = self.target(tokens.to(dev), self.cache, tree_mask=masks.to(dev),
                                      depths=depths.to(dev), capture=self.capture, valid=valid)
         logits = logits.reshape(-1, logits.shape[-1])              # one row per tree node, tree after tree
-        starts = torch.tensor([0, *sizes[:-1]]).cumsum(0).tolist() if ragged else [b * T for b in range(B)]
+        starts = [0, *accumulate(sizes[:-1])]          # packed or not, each tree's rows follow the last one's
         greedy = self.config.sampling.greedy
         argmax = logits.argmax(-1).tolist() if greedy else None
         rows: list[tuple[int, int]] = []                            # (sequence, logits row) of emitted tokens

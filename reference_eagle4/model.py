@@ -291,7 +291,7 @@ class Transformer(nn.Module):
         attend = self._attention(lens, tree_mask, kv_len)
 
         packed = Packing(valid) if valid is not None else None
-        x = self.embed(tokens if packed is None else packed.pack(tokens[..., None]).squeeze(1))
+        x = self.embed(tokens if packed is None else tokens.reshape(-1)[packed.rows])
         hidden = []
         for i, layer in enumerate(self.layers):
             if i in capture:
