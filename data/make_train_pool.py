@@ -2,7 +2,9 @@
 
 The pool mixes creative prompt-enhancement requests (text-to-video, image-to-video, text-to-image, image-to-image,
 the image-* rows with a caption of the input image) and general requests (chat, code, stem, math). Rows come from
-hand-written vocabularies combined through varied templates, plus hand-written rows. All text here is original.
+hand-written vocabularies combined through varied templates, plus hand-written rows; a second round of 560
+hand-written rows (train-pool-extra.jsonl: freer phrasing than templates give) is appended after the first
+1600. All text here is original.
 
 The pool must stay disjoint from the bundled benchmark sets (prompt-enhancement.jsonl, fireworks.jsonl): after
 lowercasing and collapsing whitespace no training prompt may equal, contain or be contained in a benchmark prompt,
@@ -28,6 +30,7 @@ from typing import Callable, Iterable
 SEED = 20250611
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "train-pool.jsonl"
+EXTRA = HERE / "train-pool-extra.jsonl"   # second-round hand-written rows {category, prompt, image_caption}
 BENCHMARKS = ("prompt-enhancement.jsonl", "fireworks.jsonl")
 NGRAM = 8
 TARGETS = {
@@ -2273,7 +2276,30 @@ def build(seed: int = SEED) -> tuple[list[dict], Guard]:
                 picked.append((prompt, caption))
         rows.extend({"category": category, "prompt": p, "image_caption": c} for p, c in picked)
     g.r.shuffle(rows)
+    # the second round's rows come after the first round's, so that those keep their ids (regenerated
+    # responses and feature caches are keyed by id)
+    for category, prompt, caption in read_extra(EXTRA):
+        if guard.check(prompt, caption):
+            rows.append({"category": category, "prompt": prompt, "image_caption": caption})
+        else:
+            print(f"warning: dropped extra {category} row: {prompt[:60]!r}", file=sys.stderr)
     return [{"id": f"tp-{i:05d}", **row} for i, row in enumerate(rows, 1)], guard
+
+
+def read_extra(path: Path) -> list[tuple[str, str, str | None]]:
+    """(category, prompt, caption) rows of a hand-written JSONL; image-* rows need the input image's caption."""
+    out = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        category, prompt, caption = row.get("category"), row.get("prompt"), row.get("image_caption")
+        if category not in TARGETS or not isinstance(prompt, str) or \
+                bool(caption) != category.startswith("image-"):
+            raise SystemExit(f"{path.name}:{n}: needs a known category, a prompt, and an image_caption exactly "
+                             "for image-* rows")
+        out.append((category, prompt, caption))
+    return out
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from reference_eagle4.device import cpu_name
+from reference_eagle4.device import auto_dtype, cpu_name
 from reference_eagle4.engine import Engine, GenerationConfig, Request, Sequence
 from reference_eagle4.model import Transformer, load_transformer, pack_linears
 from reference_eagle4.proposers import PROPOSERS
@@ -28,15 +28,6 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 def methods() -> list[str]:
     return sorted(PROPOSERS)
-
-
-def auto_dtype() -> str:
-    """bf16 where the CPU multiplies it natively (AVX512-BF16 / AMX), fp32 elsewhere."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "float32"
-    return "bfloat16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
 
 
 @dataclass

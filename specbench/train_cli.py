@@ -12,6 +12,7 @@ from rich.console import Console
 from specbench.errors import SpecbenchError
 
 console = Console()
+REGEN_METHODS = ("ngram", "eagle4-harness", "vanilla")
 
 
 def pool_chat(pool: Path) -> Callable[[dict[str, Any]], list[dict[str, str]]]:
@@ -30,6 +31,20 @@ def pool_chat(pool: Path) -> Callable[[dict[str, Any]], list[dict[str, str]]]:
     return chat
 
 
+def check_init_from(folder: Path, kind: str) -> None:
+    """eagle4 continues an eagle4 drafter; dflash and dspark start from a dflash (or dspark) backbone."""
+    if not (folder / "config.json").exists():
+        raise SpecbenchError(f"--init-from {folder}: needs a drafter folder (config.json + model.safetensors)")
+    try:
+        have = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except json.JSONDecodeError as err:
+        raise SpecbenchError(f"--init-from {folder}/config.json: not JSON ({err})") from None
+    want = ("eagle4",) if kind == "eagle4" else ("dflash", "dspark")
+    if have not in want:
+        raise SpecbenchError(f"--init-from {folder}: a {have} drafter; --drafter {kind} starts from "
+                             f"{' or '.join(want)}")
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def train(
@@ -44,8 +59,13 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, help="Seeds data order, initialisation and sampling."),
         threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: all)."),
         resume: bool = typer.Option(True, help="Continue from the folder's data and checkpoint (--no-resume restarts)."),
-        init_from: Optional[Path] = typer.Option(None, help="dflash/dspark: start from this trained dflash drafter "
-                                                 "folder's backbone (e.g. OUT/dflash/drafter for dspark)."),
+        regen_method: str = typer.Option("ngram", help="How the target regenerates the responses (greedy, so the "
+                                         "tokens are the same): ngram, eagle4-harness (faster once a drafter "
+                                         "exists for the target) or vanilla."),
+        init_from: Optional[Path] = typer.Option(None, help="Start from a trained drafter folder: for eagle4 an "
+                                                 "eagle4 drafter of the same configuration (continued training, e.g. "
+                                                 "the bundled one), for dflash/dspark a dflash drafter's backbone "
+                                                 "(e.g. OUT/dflash/drafter for dspark)."),
     ) -> None:
         """Regenerate responses with the target, build teacher-forced features, and train a drafter.
 
@@ -58,11 +78,12 @@ def register(app: typer.Typer) -> None:
 
         if drafter not in KINDS:
             raise SpecbenchError(f"--drafter {drafter!r}: choose one of {', '.join(KINDS)}")
+        if regen_method not in REGEN_METHODS:
+            raise SpecbenchError(f"--regen-method {regen_method!r}: choose one of {', '.join(REGEN_METHODS)}")
         if pool is not None and not pool.exists():
             raise SpecbenchError(f"--pool {pool}: no such file")
-        if init_from is not None and (drafter == "eagle4" or not (init_from / "config.json").exists()):
-            raise SpecbenchError(f"--init-from {init_from}: needs --drafter dflash|dspark and a drafter folder "
-                                 "(config.json + model.safetensors)")
+        if init_from is not None:
+            check_init_from(init_from, drafter)
         from importlib import resources
 
         from reference_eagle4.training import TrainConfig, train_drafter
@@ -71,5 +92,5 @@ def register(app: typer.Typer) -> None:
             pool = pool or bundled
             cfg = TrainConfig(init_from=str(init_from) if init_from else None)
             folder = train_drafter(drafter, out, pool, target, pool_chat(pool), minutes, steps, seed, resume,
-                                   threads=threads, train_config=cfg)
+                                   threads=threads, regen_method=regen_method, train_config=cfg)
         console.print(f"drafter: {folder}")

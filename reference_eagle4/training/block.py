@@ -31,9 +31,9 @@ from reference_eagle4.training.train import HeadSoftCE, TrainConfig, draft_index
 class BlockObjective:
     """The block forward over one sample with many anchors; shared by training and evaluation."""
 
-    def __init__(self, drafter: DFlashDrafter, embed: Tensor, head_bf16: Tensor, cfg: TrainConfig):
+    def __init__(self, drafter: DFlashDrafter, embed: Tensor, head: Tensor, cfg: TrainConfig):
         self.d, self.cfg = drafter, cfg
-        self.W, self.t2d = draft_index(drafter.d2t, head_bf16, drafter.cfg.vocab_size)
+        self.W, self.t2d = draft_index(drafter.d2t, head, drafter.cfg.vocab_size)
         B = drafter.cfg.block_size
         self.row_w = torch.tensor([math.exp(-(k - 1) / cfg.gamma) for k in range(1, B)])
 

@@ -1,6 +1,7 @@
 """Teacher-forced target pass: the drafter's inputs and targets for every regenerated response.
 
-For each (prompt + response) the target (bf16, packed; the precision the drafter meets at run time) runs
+For each (prompt + response) the target (packed, in the dtype runs use on this machine: the features the
+drafter meets at run time) runs
 once over the whole sequence and we keep
   * feats  [T, 3, H] bf16: hidden states ENTERING the captured layers (2, N//2, N-3) at every position;
   * tokens [T] int32;
@@ -35,51 +36,96 @@ def read_regen(path: str | Path, max_len: int) -> list[dict[str, Any]]:
     return rows
 
 
+def _lcp(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def prefix_groups(rows: list[dict[str, Any]], min_shared: int = 8) -> list[tuple[int, list[int]]]:
+    """(shared prefix length, row indices by length) for rows grouped by the prompt prefix they share.
+
+    Rows of one category start with the same system prompt (~200 tokens, two thirds of a row here), so
+    each group's prefix runs once and its KV cache starts every row of the group. The prefix stops
+    short of each row's last prompt token: every position that predicts a response token is in the
+    per-row part."""
+    order = sorted(range(len(rows)), key=lambda i: rows[i]["prompt_ids"])
+    runs: list[list[int]] = []
+    for i in order:
+        if runs and _lcp(rows[runs[-1][0]]["prompt_ids"], rows[i]["prompt_ids"]) >= min_shared:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    out = []
+    for run in runs:
+        first, last = rows[run[0]]["prompt_ids"], rows[run[-1]]["prompt_ids"]
+        shared = min(_lcp(first, last), min(len(rows[i]["prompt_ids"]) for i in run) - 1)
+        shared = shared if shared >= min_shared else 0
+        run.sort(key=lambda i: len(rows[i]["prompt_ids"]) + len(rows[i]["output_ids"]))
+        out.append((shared, run))
+    return out
+
+
 @torch.inference_mode()
 def teacher_pass(model, rows: list[dict[str, Any]], capture: tuple[int, ...], topk: int = 32,
                  batch: int = 4, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Run the target over prompt+response of each row; return per-sample feature dicts."""
     out: list[dict[str, Any]] = []
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i]["prompt_ids"]) + len(rows[i]["output_ids"]))
     t0 = time.time()
     dev = model.embed.weight.device
-    for start in range(0, len(order), batch):
-        idx = order[start: start + batch]
-        seqs = [rows[i]["prompt_ids"] + rows[i]["output_ids"] for i in idx]
-        T = max(len(s) for s in seqs)
-        tokens = torch.zeros(len(seqs), T, dtype=torch.long)
-        need = torch.zeros(len(seqs), T, dtype=torch.bool)
-        for b, (i, s) in enumerate(zip(idx, seqs)):
-            tokens[b, : len(s)] = torch.tensor(s)
-            P = len(rows[i]["prompt_ids"])
-            need[b, P - 1: len(s) - 1] = True            # positions predicting response tokens
-        cache = model.new_cache(len(seqs), T)
-        logits, hidden = model(tokens.to(dev), cache, capture=capture, logits_rows=need.to(dev))
-        probs = logits.float().softmax(-1)
-        top_p, top_i = probs.topk(topk, dim=-1)
-        top_p = top_p / top_p.sum(-1, keepdim=True)
-        offsets = need.sum(1).cumsum(0).tolist()
-        lo = 0
-        for b, (i, s) in enumerate(zip(idx, seqs)):
-            hi = offsets[b]
-            n = len(s)
-            out.append({
-                "id": rows[i]["id"], "category": rows[i]["category"], "prompt_len": len(rows[i]["prompt_ids"]),
-                "tokens": torch.tensor(s, dtype=torch.int32),
-                "feats": torch.stack([h[b, :n] for h in hidden], dim=1).to(torch.bfloat16).cpu().clone(),
-                "top_p": top_p[lo:hi].to(torch.float16).cpu().clone(),
-                "top_i": top_i[lo:hi].to(torch.int32).cpu().clone(),
-            })
-            lo = hi
-        if (start // batch) % 25 == 0:
-            log(f"features: {len(out)}/{len(rows)} samples, {time.time() - t0:.0f} s")
+    batches = 0
+    for shared, group in prefix_groups(rows):
+        pre_cache = model.new_cache(1, max(shared, 1))
+        pre_hidden = [model.embed.weight.new_zeros(1, 0, model.args.dim)] * len(capture)
+        if shared:
+            prefix = torch.tensor(rows[group[0]]["prompt_ids"][:shared], dtype=torch.long, device=dev)
+            _, pre_hidden = model(prefix[None], pre_cache, capture=capture,
+                                  logits_rows=torch.zeros(1, shared, dtype=torch.bool, device=dev))
+        for start in range(0, len(group), batch):
+            idx = group[start: start + batch]
+            seqs = [rows[i]["prompt_ids"] + rows[i]["output_ids"] for i in idx]
+            T = max(len(s) for s in seqs)
+            tokens = torch.zeros(len(seqs), T - shared, dtype=torch.long)
+            need = torch.zeros(len(seqs), T - shared, dtype=torch.bool)
+            cache = model.new_cache(len(seqs), T)
+            for b, (i, s) in enumerate(zip(idx, seqs)):
+                tokens[b, : len(s) - shared] = torch.tensor(s[shared:])
+                P = len(rows[i]["prompt_ids"])
+                need[b, P - 1 - shared: len(s) - 1 - shared] = True     # positions predicting response tokens
+                if shared:
+                    cache.load(b, pre_cache.k[:, 0], pre_cache.v[:, 0], shared)
+            logits, hidden = model(tokens.to(dev), cache, capture=capture, logits_rows=need.to(dev))
+            probs = logits.float().softmax(-1)
+            top_p, top_i = probs.topk(topk, dim=-1)
+            top_p = top_p / top_p.sum(-1, keepdim=True)
+            offsets = need.sum(1).cumsum(0).tolist()
+            lo = 0
+            for b, (i, s) in enumerate(zip(idx, seqs)):
+                hi = offsets[b]
+                n = len(s) - shared
+                feats = [torch.cat([hp[0], h[b, :n]]) for hp, h in zip(pre_hidden, hidden)]
+                out.append({
+                    "id": rows[i]["id"], "category": rows[i]["category"], "prompt_len": len(rows[i]["prompt_ids"]),
+                    "tokens": torch.tensor(s, dtype=torch.int32),
+                    "feats": torch.stack(feats, dim=1).to(torch.bfloat16).cpu().clone(),
+                    "top_p": top_p[lo:hi].to(torch.float16).cpu().clone(),
+                    "top_i": top_i[lo:hi].to(torch.int32).cpu().clone(),
+                })
+                lo = hi
+            if batches % 25 == 0:
+                log(f"features: {len(out)}/{len(rows)} samples, {time.time() - t0:.0f} s")
+            batches += 1
     return out
 
 
 def build_features(regen_path: str | Path, target_folder: str | Path, out_path: str | Path, *,
-                   topk: int = 32, max_len: int = 1024, dtype: str = "bfloat16", threads: int | None = None,
+                   topk: int = 32, max_len: int = 1024, dtype: str = "auto", threads: int | None = None,
                    log: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Load or compute the feature cache for the rows of `regen_path`."""
+    from reference_eagle4.device import resolve_dtype
     from reference_eagle4.model import load_transformer, pack_linears
 
     if threads:
@@ -92,7 +138,7 @@ def build_features(regen_path: str | Path, target_folder: str | Path, out_path: 
         if cached.get("ids") == ids and cached.get("topk") == topk:
             log(f"features: cached {len(ids)} samples ({out_path})")
             return cached["samples"]
-    model = pack_linears(load_transformer(target_folder, getattr(torch, dtype)))
+    model = pack_linears(load_transformer(target_folder, resolve_dtype(dtype)))
     capture = tuple(model.args.eagle_layers)
     t0 = time.time()
     samples = teacher_pass(model, rows, capture, topk=topk, log=log)

@@ -69,6 +69,7 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train",
     """
     if kind not in KINDS:
         raise ValueError(f"drafter kind must be one of {KINDS}, got {kind!r}")
+    from reference_eagle4.device import auto_dtype
     from reference_eagle4.model import load_transformer
     from reference_eagle4.training.features import build_features
     from reference_eagle4.training.regenerate import regenerate
@@ -133,7 +134,7 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train",
         "seconds": stage_secs, "wall_minutes": round(sum(stage_secs.values()) / 60, 1),
         "eval": state.get("eval", {}), "train_config": asdict(cfg), "regen": {
             "max_new_tokens": max_new_tokens, "concurrency": concurrency, "decoding": f"greedy ({regen_method})",
-            "dtype": "bfloat16 (packed)"},
+            "dtype": f"{auto_dtype()} (packed)"},
         "last_log": state["history"][-1] if state["history"] else {},
     }
     dest = export(drafter, out / kind / "drafter", info)
@@ -162,7 +163,8 @@ def _summary(drafter, info: dict[str, Any]) -> tuple[str, str, list[str]]:
         about = ("An EAGLE-3 style one-layer drafter (fc over the hidden states entering target layers "
                  f"{list(c.capture_layers)}, input [norm(embed(x_t+1)), norm(h_t)]) with sliding-window attention "
                  f"(W = {c.window}) and a low-rank candidate head (rank {c.rank}, K = {c.topk_candidates} exact rows).")
-        rows = [f"| training | TTT {tc['ttt_steps']} unrolled steps, soft CE vs the target's top-32 distribution, "
+        start = f"continued from `{tc['init_from']}`; " if tc.get("init_from") else ""
+        rows = [f"| training | {start}TTT {tc['ttt_steps']} unrolled steps, soft CE vs the target's top-32 distribution, "
                 f"weights {tc['decay']}^j; AdamW lr {tc['lr']}; {info['steps']} steps ({info['epochs']} full epochs), "
                 f"seed {tc['seed']} |",
                 f"| held-out top-1 agreement with the target | {acc or 'n/a'} |",

@@ -3,7 +3,8 @@
 Each pool row {id, category, prompt, image_caption} becomes a chat: the category's system prompt (creative
 categories have their own id in system_prompts.json, every other category uses "general") and the user
 turn (image-* rows: "user_prompt: <prompt>\\nimage_caption: <caption>", as text-only targets see them in
-the benchmarks). The reference Engine decodes them GREEDILY with bf16 packed weights, 8 requests in flight,
+the benchmarks). The reference Engine decodes them GREEDILY with packed weights in the machine's dtype (bf16 where
+the CPU has it natively, else fp32), 8 requests in flight,
 up to `max_new_tokens` new tokens (the pipeline uses 160: the benchmarks stop at 128), with vanilla
 decoding or, faster and with the same greedy tokens, prompt-lookup (ngram) speculation. Greedy because every acceptance target is measured greedily: the
 drafter then trains on exactly the contexts it will meet (sampled responses would add diversity the
@@ -68,12 +69,13 @@ def done_ids(path: Path) -> set[str]:
 
 def regenerate(pool_path: str | Path, out_path: str | Path, target_folder: str | Path, chat: Chat, *,
                max_new_tokens: int = 256, concurrency: int = 8, seed: int = 0, limit: int | None = None,
-               minutes: float | None = None, dtype: str = "bfloat16", threads: int | None = None,
+               minutes: float | None = None, dtype: str = "auto", threads: int | None = None,
                method: str = "vanilla", budget: int = 1, log: Callable[[str], None] = print) -> int:
     """Decode pool prompts with the target; return how many rows the output file holds afterwards."""
     import torch
     from transformers import AutoTokenizer
 
+    from reference_eagle4.device import resolve_dtype
     from reference_eagle4.engine import Engine, GenerationConfig, Request
     from reference_eagle4.model import load_transformer, pack_linears
     from reference_eagle4.proposers import PROPOSERS
@@ -92,7 +94,7 @@ def regenerate(pool_path: str | Path, out_path: str | Path, target_folder: str |
         return len(have)
     tok = AutoTokenizer.from_pretrained(folder)
     eos = set(eos_ids(folder, tok))
-    model = pack_linears(load_transformer(folder, getattr(torch, dtype)))
+    model = pack_linears(load_transformer(folder, resolve_dtype(dtype)))
     by_id = {r["id"]: r for r in todo}
     deadline = time.time() + 60 * minutes if minutes else None
 

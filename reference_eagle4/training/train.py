@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from reference_eagle4.device import resolve_dtype
 from reference_eagle4.drafters.eagle4 import Eagle4Config, Eagle4Drafter
 
 
@@ -57,6 +58,7 @@ class TrainConfig:
     lowrank_rows: int = 96            # rows per sample for the low-rank head loss (random subset)
     vocab: int | None = 32768         # draft vocabulary size (d2t, most teacher mass); None = full vocabulary
     threads: int | None = None
+    dtype: str = "auto"              # the frozen head's matmuls: auto = bf16 with native CPU support, else fp32
     # dflash / dspark (training/block.py)
     block_size: int = 16
     layers: int = 2
@@ -64,14 +66,16 @@ class TrainConfig:
     gamma: float = 7.0                # row k's loss weight exp(-(k-1)/gamma)
     markov_rank: int = 64             # dspark's Markov head rank
     confidence_weight: float = 1.0
-    init_from: str | None = None      # dflash/dspark: a trained dflash drafter folder whose backbone starts this one
+    init_from: str | None = None      # a trained drafter folder to continue from (eagle4: same shape and draft
+                                      # vocabulary; dflash/dspark: a dflash drafter whose backbone starts this one)
 
 
 class HeadSoftCE(torch.autograd.Function):
     """Per-row soft cross-entropy of softmax(hn @ W.T) against a sparse teacher (top_p at top_i), fused.
 
-    The logits are one bf16 matmul; backward forms softmax - teacher in place and multiplies back by W,
-    so the [rows, V] tensor is touched a handful of times instead of once per autograd op. W gets a
+    The logits are one matmul in W's dtype (bf16 where the CPU has it natively); backward forms
+    softmax - teacher in place and multiplies back by W, so the [rows, V] tensor is touched a handful
+    of times instead of once per autograd op. W gets a
     gradient only when it requires one (DSpark's Markov factor rides in W's last columns).
     Returns (loss per row, argmax per row).
     """
@@ -129,10 +133,10 @@ def split(samples: list[dict[str, Any]], eval_frac: float) -> tuple[list[dict], 
 class TTT:
     """The unrolled forward over one sample; shared by training and evaluation."""
 
-    def __init__(self, drafter: Eagle4Drafter, embed: Tensor, head_bf16: Tensor, cfg: TrainConfig):
+    def __init__(self, drafter: Eagle4Drafter, embed: Tensor, head: Tensor, cfg: TrainConfig):
         self.d, self.E, self.cfg = drafter, embed, cfg
         c = drafter.cfg
-        self.W, self.t2d = draft_index(drafter.d2t, head_bf16, c.vocab_size)
+        self.W, self.t2d = draft_index(drafter.d2t, head, c.vocab_size)
         self.rep = c.num_attention_heads // c.num_key_value_heads
         self.scale = 1.0 / math.sqrt(c.head_dim)
 
@@ -255,12 +259,30 @@ def build_drafter(target_args, cfg: TrainConfig, embed: Tensor, head: Tensor,
         d.d2t = d2t.clone()
     g = torch.Generator().manual_seed(cfg.seed)
     d.reset_parameters(std=cfg.init_std, generator=g)
-    if cfg.init_passthrough:
+    if cfg.init_from:
+        continue_from(d, cfg.init_from)
+    elif cfg.init_passthrough:
         H, Ht = d.cfg.hidden_size, d.cfg.target_hidden_size
         with torch.no_grad():
             d.fc.weight[:, -Ht:] += torch.eye(H, Ht)
-    d.attach(embed, head)                        # SVD init of A, B from the target's lm_head
+    d.attach(embed, head)                        # SVD init of A, B from the target's lm_head (when untrained)
     return d.train()
+
+
+def continue_from(d: Eagle4Drafter, folder: str) -> None:
+    """Start from a trained EAGLE-4 drafter: more training on new data costs a fraction of starting over.
+    Shape, window and draft vocabulary must match (the low-rank head rows are indexed through it)."""
+    from reference_eagle4.drafters.eagle4 import load_drafter
+
+    src = load_drafter(folder)
+    keys = ("hidden_size", "intermediate_size", "capture_layers", "window", "rank", "topk_candidates",
+            "draft_vocab_size", "kind")
+    diff = [k for k in keys if getattr(src.cfg, k) != getattr(d.cfg, k)]
+    if diff:
+        raise ValueError(f"{folder}: its {', '.join(diff)} differ from this run's; continue only a drafter of the "
+                         "same configuration")
+    d.load_state_dict(src.state_dict())
+    d.lowrank_ready = src.lowrank_ready
 
 
 def _optimizer(d: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -311,15 +333,18 @@ def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: Train
     if cfg.vocab and cfg.vocab < target.args.vocab_size:
         ck_vocab = torch.load(ckpt_path, weights_only=False)["drafter"].get("d2t") \
             if resume and ckpt_path.exists() else None
+        if ck_vocab is None and kind == "eagle4" and cfg.init_from:
+            from reference_eagle4.drafters.eagle4 import load_drafter
+            ck_vocab = load_drafter(cfg.init_from).d2t
         d2t = ck_vocab if ck_vocab is not None else draft_vocab(samples, cfg.vocab, target.args.vocab_size)
-    head_bf16 = head.to(torch.bfloat16).contiguous()
+    head_w = head.to(resolve_dtype(cfg.dtype)).contiguous()
     if kind == "eagle4":
         d = build_drafter(target.args, cfg, embed, head.float(), d2t)
-        ttt = TTT(d, embed, head_bf16, cfg)
+        ttt = TTT(d, embed, head_w, cfg)
     else:
         from reference_eagle4.training.block import BlockObjective, build_block_drafter
         d = build_block_drafter(target.args, cfg, kind, embed, head.float(), d2t)
-        ttt = BlockObjective(d, embed, head_bf16, cfg)
+        ttt = BlockObjective(d, embed, head_w, cfg)
     opt = _optimizer(d, cfg)
     train_set, eval_set = split(samples, cfg.eval_frac)
     if not train_set:

@@ -17,7 +17,7 @@ from eagle4_helpers import bigram_target, one_thread  # noqa: E402,F401
 from reference_eagle4.engine import Engine, GenerationConfig, Request  # noqa: E402
 from reference_eagle4.proposers import PROPOSERS  # noqa: E402
 from reference_eagle4.training import regenerate as regen  # noqa: E402
-from reference_eagle4.training.features import teacher_pass  # noqa: E402
+from reference_eagle4.training.features import prefix_groups, teacher_pass  # noqa: E402
 from reference_eagle4.training.train import (  # noqa: E402
     TTT, HeadSoftCE, TrainConfig, build_drafter, draft_vocab, evaluate, train)
 
@@ -49,6 +49,37 @@ def test_features_layout(data):
     assert torch.allclose(s["top_p"].float().sum(-1), torch.ones(T - P), atol=1e-2)
     # teacher argmax at the position before each response token is that token (greedy regeneration)
     assert torch.equal(s["top_i"][:, 0].long(), s["tokens"][P:].long())
+
+
+def test_rows_sharing_a_system_prompt_get_the_features_of_a_whole_pass():
+    """The teacher pass runs a shared prompt prefix once; every row must still get what a pass over its
+    whole sequence gives (features at every position, the teacher's top-k at every response position)."""
+    torch.set_num_threads(1)
+    t = bigram_target(layer_std=0.05)
+    g = torch.Generator().manual_seed(1)
+    system = torch.randint(0, 256, (12,), generator=g).tolist()
+    rows = []
+    for i in range(7):                     # two system prompts, one row without any shared prefix
+        head = system if i < 4 else system[::-1] if i < 6 else []
+        prompt = head + torch.randint(0, 256, (int(torch.randint(1, 6, (1,), generator=g)),), generator=g).tolist()
+        out = torch.randint(0, 256, (int(torch.randint(3, 9, (1,), generator=g)),), generator=g).tolist()
+        rows.append({"id": f"r{i}", "category": "chat", "prompt_ids": prompt, "output_ids": out})
+    assert sorted(n for n, _ in prefix_groups(rows)) == [0, 12, 12]
+    got = {s["id"]: s for s in teacher_pass(t, rows, tuple(t.args.eagle_layers), topk=4, batch=2, log=lambda m: None)}
+    assert sorted(got) == [r["id"] for r in rows]
+    for r in rows:
+        seq = torch.tensor(r["prompt_ids"] + r["output_ids"])
+        need = torch.zeros(1, len(seq), dtype=torch.bool)
+        need[0, len(r["prompt_ids"]) - 1: len(seq) - 1] = True
+        with torch.inference_mode():
+            logits, hidden = t(seq[None], t.new_cache(1, len(seq)), capture=tuple(t.args.eagle_layers),
+                               logits_rows=need)
+        top_p, top_i = logits.softmax(-1).topk(4, dim=-1)
+        s = got[r["id"]]
+        assert torch.equal(s["tokens"].long(), seq) and s["prompt_len"] == len(r["prompt_ids"])
+        torch.testing.assert_close(s["feats"].float(), torch.stack([h[0] for h in hidden], 1).bfloat16().float())
+        assert torch.equal(s["top_i"].long(), top_i)
+        torch.testing.assert_close(s["top_p"].float(), (top_p / top_p.sum(-1, keepdim=True)).half().float())
 
 
 def test_fused_head_loss_matches_autograd():
@@ -120,7 +151,33 @@ def test_draft_vocabulary_training(data, tmp_path):
     assert torch.equal(e.d2t, vocab) and e.lowrank_ready
 
 
+def test_continued_training_starts_where_the_saved_drafter_ended(data, tmp_path):
+    t, samples = data
+    quiet = dict(log=lambda m: None, progress=False, resume=False)
+    first, st1 = train(samples, t, tmp_path / "a", tiny_cfg(steps=12, vocab=64), **quiet)
+    first.save(tmp_path / "first", dtype=None)
+    cfg = tiny_cfg(steps=12, vocab=64, init_from=str(tmp_path / "first"))
+    emb, head = t.embed.weight.detach(), t.lm_head.weight.detach()
+    start = build_drafter(t.args, cfg, emb, head, first.d2t)
+    assert evaluate(TTT(start, emb, head, cfg), samples) == evaluate(TTT(first, emb, head, cfg), samples)
+    second, st2 = train(samples, t, tmp_path / "b", cfg, **quiet)
+    assert torch.equal(second.d2t, first.d2t)
+    assert st2["eval"]["loss0"] < st1["eval"]["loss0"]
+    with pytest.raises(ValueError, match="rank differ"):
+        build_drafter(t.args, tiny_cfg(vocab=64, rank=8, init_from=str(tmp_path / "first")), emb, head, first.d2t)
+
+
 # -- data ---------------------------------------------------------------------------------------------------
+def test_training_and_its_data_use_bf16_only_where_the_cpu_has_it():
+    """Emulated bf16 matmuls are ~30x slower than fp32 on an AVX2-only CPU: "auto" must pick fp32 there."""
+    from reference_eagle4.device import auto_dtype
+
+    assert auto_dtype("flags\t: fpu sse avx2 fma avx512f") == "float32"
+    assert auto_dtype("flags\t: fpu avx512f avx512_bf16") == "bfloat16"
+    assert auto_dtype("flags\t: fpu amx_bf16 amx_tile") == "bfloat16"
+    assert TrainConfig().dtype == "auto"
+
+
 def test_seeded_order_keeps_the_creative_share():
     rows = [{"id": f"c{i}", "category": "text-to-image"} for i in range(30)] + \
            [{"id": f"g{i}", "category": "code"} for i in range(10)]

@@ -28,7 +28,7 @@ def pool(folder: Path) -> Path:
 def test_train_two_kinds_share_data_and_export(tiny_target, tmp_path):
     p, out = pool(tmp_path / "pool"), tmp_path / "train"
     common = ["--target", str(tiny_target), "--pool", str(p), "--out", str(out), "--steps", "3", "--threads", "1"]
-    res = runner.invoke(app, ["train", "--drafter", "eagle4", *common])
+    res = runner.invoke(app, ["train", "--drafter", "eagle4", "--regen-method", "vanilla", *common])
     assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["train", "--drafter", "dspark", *common])
     assert res.exit_code == 0, res.output
@@ -40,6 +40,8 @@ def test_train_two_kinds_share_data_and_export(tiny_target, tmp_path):
     assert d.is_dspark and d.cfg.block_size == 16
     card = (out / "dspark" / "drafter" / "README.md").read_text()
     assert card.startswith("# DSpark drafter") and "5 prompts from `pool.jsonl`" in card
+    regen = json.loads((out / "eagle4" / "drafter" / "config.json").read_text())["training"]["regen"]
+    assert regen["decoding"] == "greedy (vanilla)"
     state = json.loads((out / "state.json").read_text())
     assert {"regen", "train-eagle4", "train-dspark"} <= set(state["seconds"])
 
@@ -66,3 +68,19 @@ def test_unknown_drafter_kind_is_one_clear_line(tmp_path):
     res = runner.invoke(app, ["train", "--drafter", "medusa", "--out", str(tmp_path)])
     assert isinstance(res.exception, SpecbenchError)         # main() prints it as one line, exit 2
     assert str(res.exception) == "--drafter 'medusa': choose one of eagle4, dflash, dspark"
+
+
+def test_unknown_regeneration_method_is_one_clear_line(tmp_path):
+    res = runner.invoke(app, ["train", "--regen-method", "beam", "--out", str(tmp_path)])
+    assert isinstance(res.exception, SpecbenchError)
+    assert str(res.exception) == "--regen-method 'beam': choose one of ngram, eagle4-harness, vanilla"
+
+
+def test_init_from_must_be_a_drafter_of_a_kind_that_can_start_this_one(tmp_path):
+    bundled = ROOT / "reference_eagle4" / "drafters"
+    res = runner.invoke(app, ["train", "--drafter", "eagle4", "--init-from", str(bundled / "smollm2-135m-dflash"),
+                              "--out", str(tmp_path)])
+    assert isinstance(res.exception, SpecbenchError)
+    assert str(res.exception).endswith("a dflash drafter; --drafter eagle4 starts from eagle4")
+    res = runner.invoke(app, ["train", "--drafter", "dspark", "--init-from", str(tmp_path), "--out", str(tmp_path)])
+    assert "needs a drafter folder" in str(res.exception)
