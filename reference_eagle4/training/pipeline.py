@@ -132,7 +132,7 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train",
         "kind": kind, "target": target, "target_weights_sha256": weights_sha256(folder), "pool": str(pool),
         "samples": len(samples), "response_tokens": n_tok, "steps": state["step"], "epochs": state["epoch"],
         "seconds": stage_secs, "wall_minutes": round(sum(stage_secs.values()) / 60, 1),
-        "eval": state.get("eval", {}), "train_config": asdict(cfg), "regen": {
+        "eval": state.get("eval", {}), "eval_start": state.get("eval_start", {}), "train_config": asdict(cfg), "regen": {
             "max_new_tokens": max_new_tokens, "concurrency": concurrency, "decoding": f"greedy ({regen_method})",
             "dtype": f"{auto_dtype()} (packed)"},
         "last_log": state["history"][-1] if state["history"] else {},
@@ -159,7 +159,10 @@ def _summary(drafter, info: dict[str, Any]) -> tuple[str, str, list[str]]:
     c, tc = drafter.cfg, info["train_config"]
     ev = info.get("eval", {})
     if info.get("kind", "eagle4") == "eagle4":
-        acc = ", ".join(f"step {k[3:]}: {v:.3f}" for k, v in ev.items() if k.startswith("acc"))
+        def accs(metrics: dict[str, float]) -> str:
+            return ", ".join(f"step {k[3:]}: {v:.3f}" for k, v in metrics.items() if k.startswith("acc"))
+
+        acc = accs(ev)
         about = ("An EAGLE-3 style one-layer drafter (fc over the hidden states entering target layers "
                  f"{list(c.capture_layers)}, input [norm(embed(x_t+1)), norm(h_t)]) with sliding-window attention "
                  f"(W = {c.window}) and a low-rank candidate head (rank {c.rank}, K = {c.topk_candidates} exact rows).")
@@ -170,6 +173,8 @@ def _summary(drafter, info: dict[str, Any]) -> tuple[str, str, list[str]]:
                 f"| held-out top-1 agreement with the target | {acc or 'n/a'} |",
                 f"| low-rank recall@K (held out) | target argmax {ev.get('lr_recall', float('nan')):.3f}, "
                 f"drafter argmax {ev.get('lr_recall_draft', float('nan')):.3f} |"]
+        if info.get("eval_start"):
+            rows.insert(2, f"| the same, for the drafter it continued from | {accs(info['eval_start'])} |")
         return f"EAGLE-4 drafter for {info['target']}", about, rows
     dspark = c.markov_rank > 0
     about = (f"A {'DSpark' if dspark else 'DFlash'} block drafter: {c.num_layers} Llama-shaped layers whose keys and "

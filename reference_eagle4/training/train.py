@@ -362,6 +362,9 @@ def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: Train
             f"{state['elapsed']:.0f} s trained)")
     else:
         log(f"train: {len(train_set)} train / {len(eval_set)} eval samples, config {json.dumps(asdict(cfg))}")
+        if cfg.init_from:                # the starting point on this run's held-out split, for comparison
+            state["eval_start"] = evaluate(ttt, eval_set)
+            log(f"train: held-out eval of {cfg.init_from} before training {json.dumps(state['eval_start'])}")
 
     def order(epoch: int) -> list[int]:
         idx = list(range(len(train_set)))

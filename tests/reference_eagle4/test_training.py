@@ -159,8 +159,10 @@ def test_continued_training_starts_where_the_saved_drafter_ended(data, tmp_path)
     cfg = tiny_cfg(steps=12, vocab=64, init_from=str(tmp_path / "first"))
     emb, head = t.embed.weight.detach(), t.lm_head.weight.detach()
     start = build_drafter(t.args, cfg, emb, head, first.d2t)
-    assert evaluate(TTT(start, emb, head, cfg), samples) == evaluate(TTT(first, emb, head, cfg), samples)
+    before = evaluate(TTT(first, emb, head, cfg), samples)
+    assert evaluate(TTT(start, emb, head, cfg), samples) == before
     second, st2 = train(samples, t, tmp_path / "b", cfg, **quiet)
+    assert st2["eval_start"] == before              # the starting point, reported on the same split
     assert torch.equal(second.d2t, first.d2t)
     assert st2["eval"]["loss0"] < st1["eval"]["loss0"]
     with pytest.raises(ValueError, match="rank differ"):

@@ -42,6 +42,12 @@ def test_train_two_kinds_share_data_and_export(tiny_target, tmp_path):
     assert card.startswith("# DSpark drafter") and "5 prompts from `pool.jsonl`" in card
     regen = json.loads((out / "eagle4" / "drafter" / "config.json").read_text())["training"]["regen"]
     assert regen["decoding"] == "greedy (vanilla)"
+    # continued training of the exported drafter, on the same data: the card says where it started
+    res = runner.invoke(app, ["train", "--drafter", "eagle4", "--init-from", str(out / "eagle4" / "drafter"),
+                              *common[:-6], "--out", str(tmp_path / "more"), "--steps", "2", "--threads", "1"])
+    assert res.exit_code == 0, res.output
+    card = (tmp_path / "more" / "eagle4" / "drafter" / "README.md").read_text()
+    assert "continued from `" in card and "the same, for the drafter it continued from | step 0:" in card
     state = json.loads((out / "state.json").read_text())
     assert {"regen", "train-eagle4", "train-dspark"} <= set(state["seconds"])
 
