@@ -1,8 +1,8 @@
 """Teacher-forced target pass: the drafter's inputs and targets for every regenerated response.
 
 For each (prompt + response) the target (packed, in the dtype runs use on this machine: the features the
-drafter meets at run time) runs
-once over the whole sequence and we keep
+drafter meets at run time) runs once over the sequence (a system prompt that rows share runs once for
+all of them: `prefix_groups`) and we keep
   * feats  [T, 3, H] bf16: hidden states ENTERING the captured layers (2, N//2, N-3) at every position;
   * tokens [T] int32;
   * the target's next-token distribution at the positions that predict response tokens, cached as its
