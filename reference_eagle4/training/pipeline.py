@@ -74,7 +74,7 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train",
     from reference_eagle4.training.features import build_features
     from reference_eagle4.training.regenerate import regenerate
     from reference_eagle4.training.train import train
-    from reference_eagle4.weights import resolve_target, weights_sha256
+    from reference_eagle4.weights import resolve_target, sha256_file, weights_sha256
 
     out = Path(out_dir)
     (out / kind).mkdir(parents=True, exist_ok=True)
@@ -132,11 +132,14 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train",
         "kind": kind, "target": target, "target_weights_sha256": weights_sha256(folder), "pool": str(pool),
         "samples": len(samples), "response_tokens": n_tok, "steps": state["step"], "epochs": state["epoch"],
         "seconds": stage_secs, "wall_minutes": round(sum(stage_secs.values()) / 60, 1),
-        "eval": state.get("eval", {}), "eval_start": state.get("eval_start", {}), "train_config": asdict(cfg), "regen": {
+        "eval": state.get("eval", {}), "eval_start": state.get("eval_start", {}), "train_config": asdict(cfg),
+        "regen": {
             "max_new_tokens": max_new_tokens, "concurrency": concurrency, "decoding": f"greedy ({regen_method})",
             "dtype": f"{auto_dtype()} (packed)"},
         "last_log": state["history"][-1] if state["history"] else {},
     }
+    if cfg.init_from:                    # the exact drafter this one continued (its folder may be overwritten)
+        info["init_from_sha256"] = sha256_file(Path(cfg.init_from) / "model.safetensors")
     dest = export(drafter, out / kind / "drafter", info)
     st[f"info-{kind}"] = info
     _save_state(st_path, st)
@@ -166,7 +169,8 @@ def _summary(drafter, info: dict[str, Any]) -> tuple[str, str, list[str]]:
         about = ("An EAGLE-3 style one-layer drafter (fc over the hidden states entering target layers "
                  f"{list(c.capture_layers)}, input [norm(embed(x_t+1)), norm(h_t)]) with sliding-window attention "
                  f"(W = {c.window}) and a low-rank candidate head (rank {c.rank}, K = {c.topk_candidates} exact rows).")
-        start = f"continued from `{tc['init_from']}`; " if tc.get("init_from") else ""
+        start = (f"continued from `{tc['init_from']}` (model.safetensors sha256 `{info['init_from_sha256'][:16]}…`); "
+                 if tc.get("init_from") else "")
         rows = [f"| training | {start}TTT {tc['ttt_steps']} unrolled steps, soft CE vs the target's top-32 distribution, "
                 f"weights {tc['decay']}^j; AdamW lr {tc['lr']}; {info['steps']} steps ({info['epochs']} full epochs), "
                 f"seed {tc['seed']} |",
