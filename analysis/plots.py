@@ -13,8 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from matplotlib.axes import Axes
+from matplotlib import colormaps
+from matplotlib.artist import Artist
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 Summary = dict[str, Any]
 
@@ -94,10 +97,52 @@ def _nan(values: Iterable[float | None]) -> list[float]:
     return [math.nan if v is None else v for v in values]
 
 
-def _legend(ax: Axes) -> None:
-    """Outside the axes, right of them, so no line or bar hides behind it."""
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+LINESTYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P")
+HATCHES = ("", "//", "..", "xx", "\\\\", "oo")
+
+
+class Styles:
+    """One look per series, the same in every figure of a report: colour = method (with engine, target and
+    dtype where those vary), line style or hatch = budget L, marker = concurrency C. The legend then
+    lists those keys once, under the panels, instead of one entry per series beside each panel: a
+    demo's 40-odd series otherwise squeeze the axes and repeat the ten default colours."""
+
+    def __init__(self, summaries: list[Summary]):
+        self.key = _labeler(summaries, ("engine", "target", "dtype", "method"))
+        self.methods = list(dict.fromkeys(self.key(s) for s in sorted(summaries, key=_sort_key)))
+        self.budgets = sorted({s["budget"] for s in summaries})
+        self.levels = sorted({s["concurrency"] for s in summaries})
+        cmap = colormaps["tab10" if len(self.methods) <= 10 else "tab20"]
+        self.colors = {m: cmap(i % cmap.N) for i, m in enumerate(self.methods)}
+
+    def line(self, s: Summary, budget: bool = True) -> dict[str, Any]:
+        return {"color": self.colors[self.key(s)], "marker": MARKERS[self.levels.index(s["concurrency"]) % len(MARKERS)],
+                "linestyle": LINESTYLES[self.budgets.index(s["budget"]) % len(LINESTYLES)] if budget else "-"}
+
+    def bar(self, s: Summary) -> dict[str, Any]:
+        return {"color": self.colors[self.key(s)], "edgecolor": "white",
+                "hatch": HATCHES[self.budgets.index(s["budget"]) % len(HATCHES)]}
+
+    def legend(self, fig: Figure, drawn: list[Summary], budget: str | None = "line",
+               concurrency: bool = True) -> None:
+        """Methods by colour, then budgets (as line styles or hatches) and concurrencies when they vary."""
+        handles: list[Artist] = [Patch(color=self.colors[m], label=m)
+                                 for m in self.methods if any(self.key(s) == m for s in drawn)]
+        budgets = sorted({s["budget"] for s in drawn})
+        if budget and len(budgets) > 1:
+            for b in budgets:
+                i = self.budgets.index(b)
+                handles.append(Line2D([], [], color="dimgray", linestyle=LINESTYLES[i % len(LINESTYLES)],
+                                      label=f"L={b}") if budget == "line" else
+                               Patch(facecolor="lightgray", edgecolor="white", hatch=HATCHES[i % len(HATCHES)],
+                                     label=f"L={b}"))
+        levels = sorted({s["concurrency"] for s in drawn})
+        if concurrency and len(levels) > 1:
+            handles += [Line2D([], [], color="dimgray", linestyle="none",
+                               marker=MARKERS[self.levels.index(c) % len(MARKERS)], label=f"C={c}") for c in levels]
+        fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), frameon=False,
+                   fontsize="small")
 
 
 def al_vs_budget(summaries: list[Summary], path: Path) -> Plot:
@@ -107,6 +152,7 @@ def al_vs_budget(summaries: list[Summary], path: Path) -> Plot:
     if not drawable:
         return _nothing(title, path, note)
     label = _labeler(drawable, ("engine", "target", "dtype", "method", "concurrency"))
+    style = Styles(summaries)
     groups = _by_dataset(drawable)
     fig = Figure(figsize=(PANEL_W * len(groups), PANEL_H), layout="constrained")
     for ax, (dataset, runs) in zip(fig.subplots(1, len(groups), squeeze=False)[0], groups.items()):
@@ -115,14 +161,15 @@ def al_vs_budget(summaries: list[Summary], path: Path) -> Plot:
             series.setdefault(label(s), []).append(s)
         for name, points in series.items():
             points.sort(key=lambda s: s["budget"])
-            ax.plot([s["budget"] for s in points], [s["al_token_weighted"] for s in points], marker="o", label=name)
+            ax.plot([s["budget"] for s in points], [s["al_token_weighted"] for s in points], label=name,
+                    **style.line(points[0], budget=False))
         budgets = sorted({s["budget"] for s in runs})
         ax.set_xscale("log", base=2)
         ax.set_xticks(budgets, [str(b) for b in budgets])
         ax.minorticks_off()
         ax.set(title=dataset, xlabel="budget L (tokens verified per step)", ylabel="AL (tokens / step)")
         ax.grid(alpha=0.3)
-        _legend(ax)
+    style.legend(fig, drawable, budget=None)
     return Plot(title, _save(fig, path), note)
 
 
@@ -133,17 +180,18 @@ def hit_rate_by_depth(summaries: list[Summary], path: Path) -> Plot:
     if not drawable:
         return _nothing(title, path, note)
     label = _labeler(drawable, SERIES_KEYS)
+    style = Styles(summaries)
     groups = _by_dataset(drawable)
-    fig = Figure(figsize=(PANEL_W * 2, PANEL_H * len(groups)), layout="constrained")
+    fig = Figure(figsize=(PANEL_W * 2, PANEL_H * len(groups) + 0.8), layout="constrained")
     for row, (dataset, runs) in zip(fig.subplots(len(groups), 2, squeeze=False), groups.items()):
         for ax, key, kind in zip(row, ("hit_rate_unconditional", "hit_rate_conditional"),
                                  ("unconditional: reached d / drafting steps", "conditional: reached d / reached d-1")):
             for s in runs:
-                ax.plot(range(1, len(s[key]) + 1), _nan(s[key]), marker="o", label=label(s))
-            ax.set(title=f"{dataset} — {kind}", xlabel="draft depth d", ylabel="hit rate", ylim=(0, 1.05))
+                ax.plot(range(1, len(s[key]) + 1), _nan(s[key]), label=label(s), **style.line(s))
+            ax.set(title=f"{dataset}\n{kind}", xlabel="draft depth d", ylabel="hit rate", ylim=(0, 1.05))
             ax.xaxis.get_major_locator().set_params(integer=True)
             ax.grid(alpha=0.3)
-        _legend(row[1])  # both panels show the same runs
+    style.legend(fig, drawable)
     return Plot(title, _save(fig, path), note)
 
 
@@ -155,15 +203,16 @@ def al_by_entropy(summaries: list[Summary], path: Path) -> Plot:
     if not drawable:
         return _nothing(title, path, note)
     label = _labeler(drawable, SERIES_KEYS)
+    style = Styles(summaries)
     groups = _by_dataset(drawable)
-    fig = Figure(figsize=(PANEL_W * len(groups), PANEL_H), layout="constrained")
+    fig = Figure(figsize=(PANEL_W * len(groups), PANEL_H + 0.8), layout="constrained")
     for ax, (dataset, runs) in zip(fig.subplots(1, len(groups), squeeze=False)[0], groups.items()):
         for s in runs:
-            ax.plot([1, 2, 3, 4], _nan(q["al"] for q in s["entropy_quartiles"]), marker="o", label=label(s))
+            ax.plot([1, 2, 3, 4], _nan(q["al"] for q in s["entropy_quartiles"]), label=label(s), **style.line(s))
         ax.set(title=dataset, xlabel="entropy quartile (Q1 = most predictable)", ylabel="AL (tokens / step)")
         ax.set_xticks([1, 2, 3, 4], ["Q1", "Q2", "Q3", "Q4"])
         ax.grid(alpha=0.3)
-        _legend(ax)
+    style.legend(fig, drawable)
     return Plot(title, _save(fig, path), note)
 
 
@@ -174,22 +223,24 @@ def throughput_by_concurrency(summaries: list[Summary], path: Path) -> Plot:
     if not drawable:
         return _nothing(title, path, note)
     label = _labeler(drawable, ("engine", "target", "dtype", "method", "budget"))
+    style = Styles(summaries)
     groups = _by_dataset(drawable)
-    fig = Figure(figsize=(PANEL_W * len(groups), PANEL_H), layout="constrained")
+    fig = Figure(figsize=(PANEL_W * len(groups), PANEL_H + 0.6), layout="constrained")
     for ax, (dataset, runs) in zip(fig.subplots(1, len(groups), squeeze=False)[0], groups.items()):
         levels = sorted({s["concurrency"] for s in runs})
         names = list(dict.fromkeys(label(s) for s in runs))
         width = 0.8 / len(names)
         for i, name in enumerate(names):
-            tok_s = {s["concurrency"]: s["aggregate_tok_s"] for s in runs if label(s) == name}
+            mine = [s for s in runs if label(s) == name]
+            tok_s = {s["concurrency"]: s["aggregate_tok_s"] for s in mine}
             xs = [x for x, c in enumerate(levels) if c in tok_s]
             bars = ax.bar([x - 0.4 + width * (i + 0.5) for x in xs], [tok_s[levels[x]] for x in xs],
-                          width, label=name)
+                          width, label=name, **style.bar(mine[0]))
             ax.bar_label(bars, fmt="%.0f", fontsize="x-small")
         ax.set_xticks(range(len(levels)), [f"C={c}" for c in levels])
         ax.set(title=dataset, ylabel="aggregate tokens / s")
         ax.grid(axis="y", alpha=0.3)
-        _legend(ax)
+    style.legend(fig, drawable, budget="hatch", concurrency=False)
     return Plot(title, _save(fig, path), note)
 
 

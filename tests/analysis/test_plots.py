@@ -113,3 +113,16 @@ def test_repeated_setting_draws_only_the_newest_run(summaries, synth, tmp_path, 
     assert plot.note == "Repeated settings, only the newest run drawn; not shown: ng8-old."
     ngram_c1 = next(line for line in captured["al.png"].axes[0].lines if line.get_label() == "ngram C=1")
     assert list(ngram_c1.get_ydata()) == [2.0, 4.0]
+
+
+def test_one_colour_per_method_and_one_legend_entry_per_key(summaries, tmp_path, captured):
+    """Series are told apart by colour = method, line style = budget, marker = concurrency; the legend
+    lists each of those once (a demo's 40-odd series would otherwise crowd out the axes)."""
+    plots.hit_rate_by_depth(summaries, tmp_path / "hits.png")
+    fig = captured["hits.png"]
+    lines = {line.get_label(): line for line in fig.axes[0].lines}
+    ng4, ng8, ng4_c8 = lines["ngram L=4 C=1"], lines["ngram L=8 C=1"], lines["ngram L=4 C=8"]
+    assert ng4.get_color() == ng8.get_color() == ng4_c8.get_color()
+    assert ng4.get_linestyle() != ng8.get_linestyle() and ng4.get_marker() != ng4_c8.get_marker()
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["ngram", "L=4", "L=8", "C=1", "C=8"]
