@@ -171,7 +171,7 @@ def test_continued_training_starts_where_the_saved_drafter_ended(data, tmp_path)
 
 # -- data ---------------------------------------------------------------------------------------------------
 def test_training_and_its_data_use_bf16_only_where_the_cpu_has_it():
-    """Emulated bf16 matmuls are ~30x slower than fp32 on an AVX2-only CPU: "auto" must pick fp32 there."""
+    """Emulated bf16 matmuls are several times slower than fp32 on an AVX2-only CPU: "auto" picks fp32 there."""
     from reference_eagle4.device import auto_dtype
 
     assert auto_dtype("flags\t: fpu sse avx2 fma avx512f") == "float32"
