@@ -117,7 +117,8 @@ class Styles:
         self.colors = {m: cmap(i % cmap.N) for i, m in enumerate(self.methods)}
 
     def line(self, s: Summary, budget: bool = True) -> dict[str, Any]:
-        return {"color": self.colors[self.key(s)], "marker": MARKERS[self.levels.index(s["concurrency"]) % len(MARKERS)],
+        return {"color": self.colors[self.key(s)],
+                "marker": MARKERS[self.levels.index(s["concurrency"]) % len(MARKERS)],
                 "linestyle": LINESTYLES[self.budgets.index(s["budget"]) % len(LINESTYLES)] if budget else "-"}
 
     def bar(self, s: Summary) -> dict[str, Any]:

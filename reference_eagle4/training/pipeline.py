@@ -62,10 +62,12 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train",
     """Train a drafter for `target` from `pool_path`; return the exported drafter folder.
 
     chat(row) -> messages formats a pool row as the benchmarks would (specbench's `chat_messages`; needed
-    only while rows remain to regenerate). minutes: wall budget for the whole pipeline (regen gets `regen_minutes`, default a third; training
-    gets what is left after the features, minus a small export margin). The defaults reproduce the shipped
-    drafter (TrainConfig defaults; greedy regeneration with prompt-lookup speculation, 160 new tokens). steps: fixed optimizer steps
-    instead of a time-based schedule. resume=False starts over (the folder's files are replaced).
+    only while rows remain to regenerate). minutes: wall budget for the whole pipeline (regen gets
+    `regen_minutes`, default a third; training gets what is left after the features, minus a small export
+    margin). steps: fixed optimizer steps instead of a time-based schedule. resume=False starts over (the
+    folder's files are replaced). The shipped drafters' cards and BENCHMARKS.md give the arguments that
+    made them (TrainConfig defaults, greedy regeneration, 160 new tokens; the EAGLE-4 one continued with
+    `train_config.init_from`).
     """
     if kind not in KINDS:
         raise ValueError(f"drafter kind must be one of {KINDS}, got {kind!r}")
@@ -171,8 +173,8 @@ def _summary(drafter, info: dict[str, Any]) -> tuple[str, str, list[str]]:
                  f"(W = {c.window}) and a low-rank candidate head (rank {c.rank}, K = {c.topk_candidates} exact rows).")
         start = (f"continued from `{tc['init_from']}` (model.safetensors sha256 `{info['init_from_sha256'][:16]}…`); "
                  if tc.get("init_from") else "")
-        rows = [f"| training | {start}TTT {tc['ttt_steps']} unrolled steps, soft CE vs the target's top-32 distribution, "
-                f"weights {tc['decay']}^j; AdamW lr {tc['lr']}; {info['steps']} steps ({info['epochs']} full epochs), "
+        rows = [f"| training | {start}TTT {tc['ttt_steps']} unrolled steps, soft CE vs the target's top-32 "
+                f"distribution, weights {tc['decay']}^j; AdamW lr {tc['lr']}; {info['steps']} steps ({info['epochs']} full epochs), "
                 f"seed {tc['seed']} |",
                 f"| held-out top-1 agreement with the target | {acc or 'n/a'} |",
                 f"| low-rank recall@K (held out) | target argmax {ev.get('lr_recall', float('nan')):.3f}, "
