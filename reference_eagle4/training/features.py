@@ -9,7 +9,8 @@ all of them: `prefix_groups`) and we keep
     top-k (probabilities fp16 renormalised over the k, token ids int32). k = 32 keeps >99% of the mass
     on these outputs and costs 192 bytes per token instead of 49152 floats; the soft cross-entropy of the
     trainer uses it as the teacher distribution.
-The cache is one torch file (a list of per-sample dicts), rebuilt only when missing or stale.
+The cache is one torch file (a list of per-sample dicts); rows added to regen.jsonl since it was written
+are computed and merged, the others are read back.
 """
 
 from __future__ import annotations
@@ -133,15 +134,27 @@ def build_features(regen_path: str | Path, target_folder: str | Path, out_path: 
     rows = read_regen(regen_path, max_len)
     out_path = Path(out_path)
     ids = [r["id"] for r in rows]
+    cached: dict[str, dict[str, Any]] = {}
+    cached_capture = None
     if out_path.exists():
-        cached = torch.load(out_path, weights_only=False)
-        if cached.get("ids") == ids and cached.get("topk") == topk:
+        blob = torch.load(out_path, weights_only=False)
+        if blob.get("ids") == ids and blob.get("topk") == topk:
             log(f"features: cached {len(ids)} samples ({out_path})")
-            return cached["samples"]
+            return blob["samples"]
+        if blob.get("topk") == topk:     # regeneration appends rows: keep the samples of unchanged rows
+            seqs = {r["id"]: r["prompt_ids"] + r["output_ids"] for r in rows}
+            cached = {s["id"]: s for s in blob["samples"] if s["tokens"].tolist() == seqs.get(s["id"])}
+            cached_capture = blob.get("capture")
+        del blob
     model = pack_linears(load_transformer(target_folder, resolve_dtype(dtype)))
     capture = tuple(model.args.eagle_layers)
+    if cached_capture != list(capture):
+        cached = {}
+    todo = [r for r in rows if r["id"] not in cached]
+    if cached:
+        log(f"features: {len(cached)} samples from {out_path}, {len(todo)} to compute")
     t0 = time.time()
-    samples = teacher_pass(model, rows, capture, topk=topk, log=log)
+    samples = teacher_pass(model, todo, capture, topk=topk, log=log) + list(cached.values())
     samples.sort(key=lambda s: s["id"])
     tmp = out_path.with_suffix(".partial")
     torch.save({"ids": ids, "topk": topk, "capture": list(capture), "samples": samples}, tmp)

@@ -82,6 +82,37 @@ def test_rows_sharing_a_system_prompt_get_the_features_of_a_whole_pass():
         torch.testing.assert_close(s["top_p"].float(), (top_p / top_p.sum(-1, keepdim=True)).half().float())
 
 
+def test_features_of_rows_added_by_a_later_regeneration_are_merged_into_the_cache(tiny_target, tmp_path):
+    """Regeneration appends rows; the feature cache must then compute only the new ones, and the result
+    must be what one pass over all rows gives."""
+    from reference_eagle4.training.features import build_features
+
+    g = torch.Generator().manual_seed(2)
+    rows = [{"id": f"r{i}", "category": "chat", "prompt_ids": torch.randint(3, 300, (9,), generator=g).tolist(),
+             "output_ids": torch.randint(3, 300, (6,), generator=g).tolist()} for i in range(5)]
+
+    def write(path: Path, n: int) -> Path:
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows[:n]))
+        return path
+
+    logs: list[str] = []
+    regen, cache = write(tmp_path / "regen.jsonl", 3), tmp_path / "features.pt"
+    build_features(regen, tiny_target, cache, topk=4, dtype="float32", log=logs.append)
+    blob = torch.load(cache, weights_only=False)
+    blob["samples"][0]["feats"] += 1.0              # marks a sample that must be read back, not recomputed
+    torch.save(blob, cache)
+    got = build_features(write(regen, 5), tiny_target, cache, topk=4, dtype="float32", log=logs.append)
+    assert any(m.startswith("features: 3 samples from") and m.endswith("2 to compute") for m in logs)
+    whole = build_features(write(tmp_path / "all.jsonl", 5), tiny_target, tmp_path / "all.pt", topk=4,
+                           dtype="float32", log=logs.append)
+    assert [s["id"] for s in got] == [s["id"] for s in whole] == [f"r{i}" for i in range(5)]
+    torch.testing.assert_close(got[0]["feats"], whole[0]["feats"] + 1.0)
+    for a, b in zip(got[1:], whole[1:]):
+        torch.testing.assert_close(a["feats"], b["feats"])
+        assert torch.equal(a["top_i"], b["top_i"])
+    assert build_features(regen, tiny_target, cache, topk=4, log=logs.append) and "cached 5 samples" in logs[-1]
+
+
 def test_fused_head_loss_matches_autograd():
     g = torch.Generator().manual_seed(0)
     hn = torch.randn(5, 16, generator=g, requires_grad=True)
