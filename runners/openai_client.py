@@ -26,7 +26,8 @@ present: `start(session, run_dir)` (before the first block: where the server log
 Engine-specific options ride on `--option KEY=VALUE` (recorded in the manifest with the settings):
 `drafter=PATH` (draft checkpoint), `tp=N` (tensor parallel size), `port=N`, `max_model_len=N`,
 `server_args="..."` (extra launch arguments), `server_python=PATH` (interpreter that has the engine),
-`startup_timeout=S`, `request_timeout=S`, plus method options (`max_n`, `min_n`, `top_k`, `depth`).
+`startup_timeout=S`, `request_timeout=S`, `request_extra={...}` (JSON merged into each request body), plus
+method options (`max_n`, `min_n`, `matches`, `top_k`, `depth`).
 """
 
 from __future__ import annotations
@@ -50,9 +51,10 @@ from specbench.dataset import Row, chat_messages
 from specbench.errors import SpecbenchError
 from specbench.records import read_manifest
 
-# Options consumed by the server runners themselves (the rest are method options).
+# Every --option the server runners read: their own, then the method options they map to server flags.
+# Anything else is an error (specbench.run.check_options), never an option a server silently ignored.
 SERVER_OPTIONS = ("drafter", "tp", "port", "max_model_len", "server_args", "server_python", "startup_timeout",
-                  "request_timeout", "host")
+                  "request_timeout", "host", "request_extra", "max_n", "min_n", "matches", "top_k", "depth")
 
 # vLLM's speculative-decoding counters (vllm/v1/spec_decode/metrics.py, SpecDecodingStats.observe_draft):
 # per step of a request that drafted k > 0 tokens of which a were accepted: num_drafts += 1,
@@ -139,7 +141,7 @@ def add_counters(total: dict[str, Any] | None, delta: dict[str, Any]) -> dict[st
 
 
 def counters_summary(c: dict[str, Any]) -> dict[str, Any]:
-    """AL and per-position acceptance from vLLM-style counters (DESIGN.md §2 definitions).
+    """AL and per-position acceptance from vLLM-style counters (the definitions of specbench.analysis.metrics).
 
     AL = 1 + accepted / drafts (steps that drafted nothing are not counted, as in vLLM);
     unconditional[i] = steps whose accepted path reached depth i+1 / drafts; conditional[i] = that over the
@@ -326,7 +328,7 @@ class ServerRunner:
     extra = ""                                 # the pyproject extra that installs what this runner needs
     health_path = "/health"
 
-    def __init__(self, target: str, dtype: str = "auto", endpoint: str | None = None, threads: int | None = None):
+    def __init__(self, target: str, dtype: str = "auto", endpoint: str | None = None):
         self.httpx = _need("httpx", self.extra)
         self.target_spec = target
         self.dtype_name = dtype
@@ -555,11 +557,11 @@ def server_runner(job: Any) -> ServerRunner:
     if job.engine == "vllm":
         from specbench.runners.vllm import VllmRunner
 
-        return VllmRunner(job.target, job.dtype, job.endpoint, job.threads)
+        return VllmRunner(job.target, job.dtype, job.endpoint)
     if job.engine == "sglang":
         from specbench.runners.sglang import SglangRunner
 
-        return SglangRunner(job.target, job.dtype, job.endpoint, job.threads)
+        return SglangRunner(job.target, job.dtype, job.endpoint)
     raise SpecbenchError(f"--engine must be reference, vllm or sglang, got {job.engine!r}")
 
 

@@ -139,7 +139,8 @@ def parse_meta_info(meta: dict[str, Any], budget: int, n_output: int, method: st
 
 
 def sglang_summary(c: dict[str, Any]) -> dict[str, Any]:
-    """AL = 1 + accepted / verify steps; per-position rates from the summed histogram (DESIGN.md §2)."""
+    """AL = 1 + accepted / verify steps; per-position rates from the summed histogram (the definitions of
+    specbench.analysis.metrics)."""
     steps = c.get("verify_steps") or 0
     hist = c.get("accept_histogram") or []
     if not steps:
@@ -160,8 +161,8 @@ class SglangRunner(ServerRunner):
     extra = "sglang"
     counters_source = "SGLang meta_info: spec_verify_ct, accepted drafts and spec_accept_histogram summed over requests"
 
-    def __init__(self, target: str, dtype: str = "auto", endpoint: str | None = None, threads: int | None = None):
-        super().__init__(target, dtype, endpoint, threads)
+    def __init__(self, target: str, dtype: str = "auto", endpoint: str | None = None):
+        super().__init__(target, dtype, endpoint)
         self._tokenizer: Any = None
 
     def method_config(self, settings: Any) -> dict[str, Any]:

@@ -110,8 +110,8 @@ class VllmRunner(ServerRunner):
     extra = "vllm"
     counters_source = "vLLM /metrics: vllm:spec_decode_* counter deltas around each block"
 
-    def __init__(self, target: str, dtype: str = "auto", endpoint: str | None = None, threads: int | None = None):
-        super().__init__(target, dtype, endpoint, threads)
+    def __init__(self, target: str, dtype: str = "auto", endpoint: str | None = None):
+        super().__init__(target, dtype, endpoint)
         self._tokenizer: Any = None
         from specbench.runners.openai_client import _need
 
@@ -128,11 +128,10 @@ class VllmRunner(ServerRunner):
         folder = local_target_folder(self.target_spec)
         from specbench.runners.openai_client import free_port
 
-        dtype = {"auto": "auto", "float32": "float32", "bfloat16": "bfloat16"}.get(self.dtype_name, self.dtype_name)
         return launch_command(
             str(folder or self.target_spec), settings.method, settings.budget, tp=int(opts.get("tp", 1)),
             drafter=opts.get("drafter"), host=str(opts.get("host", "127.0.0.1")),
-            port=int(opts.get("port") or free_port()), dtype=dtype, max_model_len=opts.get("max_model_len"),
+            port=int(opts.get("port") or free_port()), dtype=self.dtype_name, max_model_len=opts.get("max_model_len"),
             python=python_for(opts), extra=shlex.split(str(opts.get("server_args", ""))), options=opts)
 
     def check_server(self, base: str, session: Session) -> None:

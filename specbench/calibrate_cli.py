@@ -26,12 +26,13 @@ def register(app: typer.Typer) -> None:
         target: str = typer.Option("smollm2-135m", help="Known target name, a .gguf file, or a HF folder."),
         dtype: str = typer.Option("auto", help="auto, float32 or bfloat16: time what runs will use."),
         threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: all)."),
+        # the grid of reference_eagle4.calibration's DEFAULT_* (kept literal here: --help imports no torch)
         batches: str = typer.Option("1,2,4,8,16", help="Batch sizes (sequences per step)."),
         contexts: str = typer.Option("256,1024,2048", help="Context lengths (cached tokens per sequence)."),
         tokens: str = typer.Option("1,2,4,8,16,32,64", help="Tokens verified per sequence per step."),
         widths: str = typer.Option("1,4,8,16", help="Draft-level widths (nodes per sequence) to time the drafter at."),
         drafter: Optional[str] = typer.Option(None, help="EAGLE-4 drafter folder to time (default: the shipped "
-                                              "one for the target, if any; 'none' skips drafter timing)."),
+                                              "one, when it fits the target; 'none' skips drafter timing)."),
         repeats: int = typer.Option(3, min=1, help="Timed repeats per point (the median is kept)."),
         out: Optional[Path] = typer.Option(None, help="Table file (default: the cache, where runs look it up)."),
         if_missing: bool = typer.Option(False, help="Do nothing when a table for this device already exists."),
@@ -47,8 +48,9 @@ def register(app: typer.Typer) -> None:
         b, c, t = _ints("--batches", batches), _ints("--contexts", contexts), _ints("--tokens", tokens)
         w = _ints("--widths", widths)
         runner = ReferenceRunner(target, dtype, threads)
-        if if_missing and out is None and find_table(device_key(runner.model)) is not None:
-            console.print(f"table: {table_dir() / (slug(device_key(runner.model)) + '.json')} (exists; kept)")
+        existing = out or table_dir() / f"{slug(device_key(runner.model))}.json"
+        if if_missing and (out.exists() if out else find_table(device_key(runner.model)) is not None):
+            console.print(f"table: {existing} (exists; kept)")
             return
         step = _drafter_step(runner, drafter)
         total = grid_points(b, c, t, w, step is not None)
@@ -73,9 +75,9 @@ def _drafter_step(runner, drafter: str | None):
         return None
     try:
         proposer = Eagle4Proposer(budget=16, drafter=drafter, target=runner.model)
-    except FileNotFoundError as err:
+    except (FileNotFoundError, ValueError) as err:      # ValueError: a drafter for another target
         if drafter is not None:
-            raise SpecbenchError(f"--drafter: {err}") from None
-        console.print("no shipped drafter for this target: timing the target only")
+            raise SpecbenchError(f"--drafter {drafter}: {err}") from None
+        console.print(f"the shipped drafter does not fit this target ({err}): timing the target only")
         return None
     return lambda batch, width: drafter_level_fn(proposer, batch, width)

@@ -27,7 +27,7 @@ class Preset:
     concurrency: tuple[int, ...]
 
 
-# The seed analysis: B300 GPUs, tensor parallel 4, concurrency 1 and 8, tree L=8 vs chain N=7 (DESIGN.md §2, §6).
+# The seed analysis: B300 GPUs, tensor parallel 4, concurrency 1 and 8, tree L=8 vs chain N=7.
 PRESETS = {
     "b300-tp4": Preset("4x NVIDIA B300, tensor parallel 4", tp=4, dtype="bfloat16", host="0.0.0.0",
                        concurrency=(1, 8)),

@@ -53,8 +53,9 @@ class Table:
     rows: list[list[str]] = field(default_factory=list)
 
 
-def _fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
-    return DASH if value is None else format(value * scale, spec)
+def fmt(value: float | None, spec: str, scale: float = 1.0, dash: str = DASH) -> str:
+    """A metric for a table cell; a metric a run does not have (vanilla's hit rate) shows as a dash."""
+    return dash if value is None else format(value * scale, spec)
 
 
 def _describe(value: Any) -> str:
@@ -76,12 +77,12 @@ def _result_row(run: Summary, metrics: Summary, speedup: float | None) -> list[s
     hit1 = metrics["hit_rate_unconditional"][0] if metrics["hit_rate_unconditional"] else None
     n = str(metrics["n_ok"]) + (f" (+{metrics['n_failed']} failed)" if metrics["n_failed"] else "")
     return [
-        str(run["engine"]), str(run["method"]), str(run["budget"]), _fmt(metrics.get("drafted_mean"), ".1f"),
-        _fmt(metrics["al_token_weighted"], ".2f"), _fmt(metrics["al_per_request_mean"], ".2f"),
-        _fmt(hit1, ".1%"), _fmt(metrics["aggregate_tok_s"], ".1f"),
+        str(run["engine"]), str(run["method"]), str(run["budget"]), fmt(metrics.get("drafted_mean"), ".1f"),
+        fmt(metrics["al_token_weighted"], ".2f"), fmt(metrics["al_per_request_mean"], ".2f"),
+        fmt(hit1, ".1%"), fmt(metrics["aggregate_tok_s"], ".1f"),
         DASH if speedup is None else f"{speedup:.2f}×",
-        _fmt(metrics["per_user_tok_s"], ".1f"), _fmt(metrics["ttft_mean_s"], ".1f", 1000),
-        _fmt(metrics["tpot_mean_s"], ".1f", 1000), n, str(run["run_id"]),
+        fmt(metrics["per_user_tok_s"], ".1f"), fmt(metrics["ttft_mean_s"], ".1f", 1000),
+        fmt(metrics["tpot_mean_s"], ".1f", 1000), n, str(run["run_id"]),
     ]
 
 

@@ -11,11 +11,11 @@ from rich.console import Console
 from rich.table import Table
 
 from specbench.analysis.metrics import speedups, summarize_run
-from specbench.report import render_report
+from specbench.report import fmt, render_report
 
 
 def _fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
-    return "-" if value is None else format(value * scale, spec)
+    return fmt(value, spec, scale, dash="-")              # the terminal's tables stay ASCII
 
 
 def summary_table(summaries: list[dict[str, Any]]) -> Table:

@@ -67,6 +67,9 @@ def make_runner(job: Job) -> Any:
         if job.endpoint:
             raise SpecbenchError("--endpoint is for server engines: add --engine vllm or --engine sglang")
         return ReferenceRunner(job.target, job.dtype, job.threads, prefix_cache=8 if job.prefix_cache else 0)
+    if job.threads:
+        raise SpecbenchError("--threads is for the reference engine; a server engine's threads are its own "
+                             "(pass them with --option server_args=...)")
     if not job.prefix_cache:
         raise SpecbenchError("--no-prefix-cache is for the reference engine; vLLM and SGLang servers cache "
                              "prefixes by default (launch them with --no-enable-prefix-caching or "
@@ -229,10 +232,24 @@ def run_one(job: Job, settings: Settings, out: Path | None, resume: bool) -> Pat
     if resume and out is None:
         raise SpecbenchError("--resume needs --out RUN_DIR (the run to continue)")
     path = out or Path("runs") / new_run_id(settings)
-    if job.engine == "reference":
-        check_method_options([(settings.method, {})], settings.options)
+    check_options(job, [(settings.method, {})], settings.options)
     runner = make_runner(job)
     return execute(runner, job, [settings], [path], resume, None, chunk=max(1, settings.concurrency))[0]
+
+
+def check_options(job: Job, methods: list[tuple[str, dict[str, Any]]], shared: dict[str, Any]) -> None:
+    """Every option must be one the engine reads: the methods' own on the reference engine, the server
+    runners' on vLLM and SGLang."""
+    if job.engine == "reference":
+        check_method_options(methods, shared)
+        return
+    from specbench.runners.openai_client import SERVER_OPTIONS
+
+    named = [(f"--option {k}", k) for k in shared] + [(f"--methods {m}:{k}=...", k) for m, own in methods for k in own]
+    for flag, key in named:
+        if key not in SERVER_OPTIONS:
+            raise SpecbenchError(f"{flag}: the {job.engine} runner takes no option {key!r} "
+                                 f"(it takes {', '.join(SERVER_OPTIONS)})")
 
 
 def check_method_options(methods: list[tuple[str, dict[str, Any]]], shared: dict[str, Any]) -> None:
@@ -272,8 +289,10 @@ def run_compare(job: Job, base: Settings, methods: list[tuple[str, dict[str, Any
     if resume and not root.exists():
         raise SpecbenchError(f"--resume: {root} does not exist")
     compare_id = root.name
-    if job.engine == "reference":
-        check_method_options(methods, base.options)
+    check_options(job, methods, base.options)
+    if chunk and job.engine != "reference":
+        raise SpecbenchError("--chunk is for the reference engine: a server engine keeps C requests in flight "
+                             "throughout, one server at a time")
     runner = make_runner(job)
     paths = []
     for c in concurrencies:

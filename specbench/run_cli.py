@@ -121,7 +121,9 @@ def register(app: typer.Typer) -> None:
         category: list[str] = typer.Option([], help="Only rows of this category (repeatable)."),
         limit: Optional[int] = typer.Option(None, min=1, help="At most this many rows (after the seeded shuffle)."),
         max_new_tokens: int = typer.Option(128, min=1, help="Output tokens per request at most."),
-        temperature: float = typer.Option(0.0, min=0.0, help="0 = greedy; > 0 samples."),
+        temperature: float = typer.Option(0.0, min=0.0, help="0 = greedy; > 0 samples (lossless verification)."),
+        top_p: float = typer.Option(1.0, min=0.0, max=1.0, help="Nucleus sampling mass (with --temperature)."),
+        top_k: int = typer.Option(0, min=0, help="Top-k sampling (0 = off)."),
         seed: int = typer.Option(0, help="Seeds the row shuffle and the sampling."),
         target: str = typer.Option("smollm2-135m", help="Known target name, a .gguf file, or a HF safetensors folder."),
         dtype: str = typer.Option("auto", help="auto, float32 or bfloat16."),
@@ -143,7 +145,7 @@ def register(app: typer.Typer) -> None:
         from specbench.runners.reference import Settings
 
         job = Job(dataset, list(category), limit, target, dtype, threads, engine, prefix_cache=prefix_cache)
-        base = Settings("vanilla", 1, 1, max_new_tokens, temperature, seed=seed, options=parse_options(option))
+        base = Settings("vanilla", 1, 1, max_new_tokens, temperature, top_p, top_k, seed, parse_options(option))
         paths = run_compare(job, base, parse_methods(methods), parse_ints("--budget", budget),
                             parse_ints("--concurrency", concurrency), out, resume, chunk)
         root = paths[0].parent

@@ -40,13 +40,16 @@ def register(app: typer.Typer) -> None:
         """
         import logging
 
+        from specbench.run import check_method_options
         from specbench.run_cli import parse_options
         from specbench.serve import ServeConfig, SpecbenchServer
 
         logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                             format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        options = parse_options(option)
+        check_method_options([(method, {})], options)
         cfg = ServeConfig(target, method, budget, concurrency, max_model_len, dtype, threads, temperature, top_p,
-                          top_k, seed, parse_options(option), model_name, host, port)
+                          top_k, seed, options, model_name, host, port)
         try:
             server = SpecbenchServer(cfg)
         except OSError as err:

@@ -55,7 +55,8 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("runs/train"), help="Working folder: regenerated data and features (shared "
                                  "by every kind), train.log, and per kind <kind>/ckpt.pt and <kind>/drafter/."),
         minutes: float = typer.Option(90.0, min=1.0, help="Wall budget for regeneration + features + training."),
-        steps: Optional[int] = typer.Option(None, min=1, help="Fixed optimizer steps instead of the time budget."),
+        steps: Optional[int] = typer.Option(None, min=1, help="Train exactly this many optimizer steps "
+                                            "(--minutes then bounds only the regeneration)."),
         seed: int = typer.Option(0, help="Seeds data order, initialisation and sampling."),
         threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: all)."),
         resume: bool = typer.Option(True, help="Continue from the folder's data and checkpoint (--no-resume restarts)."),

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
+import torch
 from torch import Tensor
 
 from reference_eagle4.tree import DraftTree
@@ -30,6 +32,31 @@ def flag_option(value: Any) -> bool:
     if isinstance(value, str):
         return value.lower() not in ("0", "false", "no", "off")
     return bool(value)
+
+
+def load_drafter_folder(kind: str, path: str | Path | None, default: Path,
+                        loader: Callable[[Path], Any]) -> tuple[Any, Path, str | None]:
+    """(drafter, folder, sha256 of its weights) from a drafter folder, the shipped one when `path` is None;
+    the sha256 goes into the run manifest so a result names the exact weights behind it."""
+    from reference_eagle4.weights import sha256_file
+
+    folder = Path(path) if path is not None else default
+    if not (folder / "config.json").exists():
+        raise FileNotFoundError(
+            f"{kind} drafter not found at {folder} (train one with `specbench train --drafter {kind}`)")
+    weights = folder / "model.safetensors"          # EAGLE-3 checkpoints may come as pytorch_model*.bin
+    return loader(folder), folder, sha256_file(weights) if weights.exists() else None
+
+
+def dtype_option(value: str | torch.dtype | None) -> torch.dtype | None:
+    """A drafter's `dtype` option ("auto", "float32", "bfloat16" or a torch dtype; None: the target's)."""
+    from reference_eagle4.device import resolve_dtype
+
+    if isinstance(value, str):
+        if value not in ("auto", "float32", "bfloat16"):
+            raise ValueError(f"option dtype={value!r}: choose auto, float32 or bfloat16")
+        return resolve_dtype(value)
+    return value
 
 
 def option_names(cls: type["Proposer"]) -> set[str]:

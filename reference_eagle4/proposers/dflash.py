@@ -26,7 +26,8 @@ from reference_eagle4.calibration import CostTable, table_for
 from reference_eagle4.drafters import DEFAULT_DFLASH, DEFAULT_DSPARK
 from reference_eagle4.drafters.dflash import DFlashDrafter, load_dflash
 from reference_eagle4.harness import TreePlanner
-from reference_eagle4.proposers.base import Proposer, register, target_embedding_and_head
+from reference_eagle4.proposers.base import (
+    Proposer, dtype_option, load_drafter_folder, register, target_embedding_and_head)
 from reference_eagle4.tree import DraftTree
 
 if TYPE_CHECKING:
@@ -68,23 +69,16 @@ class DFlashProposer(Proposer):
                  dtype: str | torch.dtype | None = None, **options: Any) -> None:
         super().__init__(budget)
         if isinstance(drafter, DFlashDrafter):
-            self.drafter, self.drafter_path = drafter, None
+            self.drafter, self.drafter_path, self.drafter_sha256 = drafter, None, None
         else:
-            path = Path(drafter) if drafter is not None else self.default_drafter["smollm2-135m"]
-            if not (path / "config.json").exists():
-                raise FileNotFoundError(
-                    f"{self.name} drafter not found at {path} (train one with `specbench train --drafter {self.name}`)")
-            self.drafter, self.drafter_path = load_dflash(path), path
-        self.drafter_sha256 = None
-        if self.drafter_path is not None:
-            from reference_eagle4.weights import sha256_file
-            self.drafter_sha256 = sha256_file(self.drafter_path / "model.safetensors")
+            self.drafter, self.drafter_path, self.drafter_sha256 = load_drafter_folder(
+                self.name, drafter, self.default_drafter["smollm2-135m"], load_dflash)
         if self.name == "dspark" and not self.drafter.is_dspark:
             raise ValueError(f"{self.drafter_path}: a dflash checkpoint has no Markov/confidence heads for dspark")
         block = self.drafter.cfg.block_size
         if budget > block:
             raise ValueError(f"budget L={budget} exceeds the drafter's block size {block} (L <= {block})")
-        self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+        self.dtype = dtype_option(dtype)
         self.capture = tuple(self.drafter.cfg.capture_layers)
         self.cache: ContextCache | None = None
         self.target = None

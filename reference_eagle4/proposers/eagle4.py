@@ -30,14 +30,14 @@ from torch import Tensor
 
 from reference_eagle4.drafters import DEFAULT_EAGLE4
 from reference_eagle4.drafters.eagle4 import Eagle4Drafter, load_drafter
-from reference_eagle4.proposers.base import Proposer, flag_option, register, target_embedding_and_head
+from reference_eagle4.proposers.base import (
+    Proposer, dtype_option, flag_option, load_drafter_folder, register, target_embedding_and_head)
 from reference_eagle4.tree import DraftTree
 
 if TYPE_CHECKING:
     from reference_eagle4.engine import Sequence
     from reference_eagle4.model import Transformer
 
-NEG = float("-inf")
 
 
 class DrafterCache:
@@ -101,19 +101,10 @@ class Eagle4Proposer(Proposer):
                  early_stop: bool = True, **options: Any) -> None:
         super().__init__(budget)
         if isinstance(drafter, Eagle4Drafter):
-            self.drafter = drafter
-            self.drafter_path = None
+            self.drafter, self.drafter_path, self.drafter_sha256 = drafter, None, None
         else:
-            path = Path(drafter) if drafter is not None else DEFAULT_EAGLE4["smollm2-135m"]
-            if not (path / "config.json").exists():
-                raise FileNotFoundError(
-                    f"EAGLE-4 drafter not found at {path} (train one with `specbench train --drafter eagle4`)")
-            self.drafter = load_drafter(path)
-            self.drafter_path = path
-        self.drafter_sha256 = None
-        if self.drafter_path is not None and (self.drafter_path / "model.safetensors").exists():
-            from reference_eagle4.weights import sha256_file
-            self.drafter_sha256 = sha256_file(self.drafter_path / "model.safetensors")
+            self.drafter, self.drafter_path, self.drafter_sha256 = load_drafter_folder(
+                "eagle4", drafter, DEFAULT_EAGLE4["smollm2-135m"], load_drafter)
         self._ablations = dict(window=window, head=head, rank=rank, topk_candidates=topk_candidates)
         top_k = None if top_k is None else int(top_k)
         depth = None if depth is None else int(depth)
@@ -123,7 +114,7 @@ class Eagle4Proposer(Proposer):
         if depth is None:
             depth = n if self.default_depth is None else self.default_depth
         self.depth = max(1, min(depth, max(n, 1)))
-        self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+        self.dtype = dtype_option(dtype)
         self.early_stop = early_stop
         self.capture = tuple(self.drafter.cfg.capture_layers)
         self.cache: DrafterCache | None = None

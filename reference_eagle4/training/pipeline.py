@@ -1,7 +1,7 @@
 """`train_drafter`: the whole self-distillation pipeline (regenerate -> features -> train -> export).
 
 Everything lives in one folder and every stage resumes: regen.jsonl (rows appended as they finish),
-features.pt (rebuilt only when the regenerated rows change), train.log, state.json (seconds spent per
+features.pt (rows regeneration appended are computed and merged), train.log, state.json (seconds spent per
 stage, summed over resumed runs), and per drafter kind <kind>/ckpt.pt (every few minutes) and
 <kind>/drafter/ (the fp16 export: config.json, model.safetensors without the target's embedding or
 lm_head, README.md model card). The kinds share the regenerated data and the features: training
@@ -119,7 +119,7 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train",
     cfg.seed = seed
     if steps is not None:
         cfg.steps = steps
-    if minutes is not None:
+    if minutes is not None and steps is None:
         spent = sum(v for k, v in secs.items() if not k.startswith("train")) / 60
         cfg.minutes = max(1.0, minutes - spent - 3.0)
     tgt = load_transformer(folder, torch.float32)

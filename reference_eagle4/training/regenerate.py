@@ -3,13 +3,13 @@
 Each pool row {id, category, prompt, image_caption} becomes a chat: the category's system prompt (creative
 categories have their own id in system_prompts.json, every other category uses "general") and the user
 turn (image-* rows: "user_prompt: <prompt>\\nimage_caption: <caption>", as text-only targets see them in
-the benchmarks). The reference Engine decodes them GREEDILY with packed weights in the machine's dtype (bf16 where
-the CPU has it natively, else fp32), 8 requests in flight,
-up to `max_new_tokens` new tokens (the pipeline uses 160: the benchmarks stop at 128), with vanilla
-decoding or, faster and with the same greedy tokens, prompt-lookup (ngram) speculation. Greedy because every acceptance target is measured greedily: the
-drafter then trains on exactly the contexts it will meet (sampled responses would add diversity the
-benchmark never asks for). The distribution targets come from the teacher-forced pass (features.py), not
-from these tokens.
+the benchmarks). The reference Engine decodes them GREEDILY with packed weights in the machine's dtype
+(bf16 where the CPU has it natively, else fp32), 8 requests in flight, up to `max_new_tokens` new tokens
+(the pipeline uses 160: the benchmarks stop at 128), with vanilla decoding or, faster and with the same
+greedy tokens, speculative decoding (ngram, or eagle4-harness once a drafter exists for the target).
+Greedy because every acceptance target is measured greedily: the drafter then trains on exactly the
+contexts it will meet (sampled responses would add diversity the benchmark never asks for). The
+distribution targets come from the teacher-forced pass (features.py), not from these tokens.
 
 Rows are appended to a JSONL as each request finishes (flushed), so a rerun skips finished ids and resumes.
 """

@@ -1,4 +1,4 @@
-"""Metrics against hand-computed values, DESIGN.md §2's worked example first."""
+"""Metrics against hand-computed values, the design card's worked example first."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from specbench.errors import SpecbenchError
 
 
 def test_design_worked_example(synth):
-    """One request, chain of 4 drafts per step, steps accept 2, 0, 4 (DESIGN.md §2)."""
+    """One request, chain of 4 drafts per step, steps accept 2, 0, 4 (the design card's example)."""
     rec = synth.record("q1", [synth.step(2, 4), synth.step(0, 4), synth.step(4, 4)])
     assert len(rec["output_token_ids"]) == 10  # prefill token + 9 emitted
     assert metrics.acceptance_length([rec]) == {"token_weighted": 3.0, "per_request_mean": 3.0}

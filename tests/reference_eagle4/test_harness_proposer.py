@@ -65,11 +65,13 @@ def test_flat_cost_table_gives_wider_trees_than_a_steep_one(bigram):
 
 def test_trees_shrink_at_large_batch(bigram):
     t, reqs = bigram
-    costs = table(0.4, per_batch=1.0)        # a batch of 8 makes every extra token 8x dearer
+    # a batch of 8 makes every extra token 8x dearer; a slow target keeps the drafter's live timing (which a
+    # busy machine inflates) small against the table, as in the test above
+    costs = table(2.0, per_batch=1.0, base_ms=200.0)
     _, one = run(t, reqs, "eagle4-harness", 1, table=costs)
     _, eight = run(t, reqs, "eagle4-harness", 8, table=costs)
     mean = lambda steps: sum(st["drafted"] for st in steps) / len(steps)  # noqa: E731
-    assert mean(eight) < mean(one)
+    assert mean(eight) < mean(one) - 2
 
 
 @pytest.mark.parametrize("C", [1, 3])

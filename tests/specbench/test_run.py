@@ -142,7 +142,19 @@ def test_a_malformed_method_option_names_the_entry(tiny_target, tmp_path):
     (["run", "--method", "ngram", "--option", "lookup=off"], "--option lookup: no method here takes it "
                                                              r"\(ngram takes matches, max_n, min_n\)"),
     (["compare", "--methods", "ngram:lokup=off"], "--methods ngram:lokup=...: ngram has no option 'lokup'"),
+    (["run", "--engine", "vllm", "--method", "ngram", "--option", "lookup=off"],
+     "--option lookup: the vllm runner takes no option 'lookup'"),
+    (["compare", "--engine", "sglang", "--methods", "ngram:tp=2,ngram:tpp=2"],
+     "--methods ngram:tpp=...: the sglang runner takes no option 'tpp'"),
+    (["compare", "--engine", "sglang", "--methods", "ngram", "--chunk", "4"], "--chunk is for the reference engine"),
+    (["run", "--engine", "vllm", "--method", "ngram", "--threads", "2"], "--threads is for the reference engine"),
 ])
 def test_an_option_no_method_takes_is_an_error_not_ignored(tiny_target, tmp_path, args, message):
     with pytest.raises(SpecbenchError, match=message):
         cli.invoke(app, [*args, "--target", str(tiny_target), "--out", str(tmp_path / "r")], catch_exceptions=False)
+
+
+def test_serve_refuses_an_option_its_method_does_not_take(tiny_target):
+    with pytest.raises(SpecbenchError, match="--option lookup: no method here takes it"):
+        cli.invoke(app, ["serve", "--method", "ngram", "--option", "lookup=off", "--target", str(tiny_target)],
+                   catch_exceptions=False)
