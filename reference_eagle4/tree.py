@@ -54,3 +54,6 @@ class DraftTree:
         for i in range(1, n):
             m[i, :i] = m[self.parents[i], :i]
         return m
+
+    def is_chain(self) -> bool:
+        return all(p == i - 1 for i, p in enumerate(self.parents))
