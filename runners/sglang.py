@@ -206,6 +206,8 @@ class SglangRunner(ServerRunner):
                                     "top_p": settings.top_p}
         if settings.top_k:
             sampling["top_k"] = settings.top_k
+        if settings.temperature > 0:
+            sampling["sampling_seed"] = settings.seed          # SGLang's per-request seed (SamplingParams)
         return {"input_ids": req.prompt_ids, "sampling_params": sampling, "stream": True}
 
     async def one(self, client: Any, base: str, session: Session, req: ServerRequest) -> dict[str, Any]:

@@ -154,3 +154,16 @@ def test_refuses_a_server_with_another_draft_width(tiny_target, tmp_path, stub):
         cli.invoke(app, ["run", "--engine", "sglang", "--endpoint", url, "--target", str(tiny_target), "--method",
                          "eagle3", "--budget", "8", "--option", "drafter=/d", "--limit", "1", "--no-report",
                          "--out", str(tmp_path / "r")], catch_exceptions=False)
+
+
+@pytest.mark.parametrize("temperature, seeded", [(0.0, False), (0.7, True)])
+def test_a_sampled_run_sends_its_seed(tiny_target, temperature, seeded):
+    """--seed must reach the server when the run samples, as it does for vLLM (greedy needs none)."""
+    from types import SimpleNamespace
+
+    from specbench.runners.reference import Settings
+    from specbench.runners.sglang import SglangRunner
+
+    runner = SglangRunner(str(tiny_target), "float32", "http://127.0.0.1:1")
+    body = runner._body(SimpleNamespace(prompt_ids=[1, 2, 3]), Settings("eagle3", 4, temperature=temperature, seed=5))
+    assert body["sampling_params"].get("sampling_seed") == (5 if seeded else None)
