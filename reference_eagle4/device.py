@@ -40,6 +40,11 @@ def auto_dtype(cpuinfo: str | None = None) -> str:
     return "bfloat16" if ("avx512_bf16" in cpuinfo or "amx_bf16" in cpuinfo) else "float32"
 
 
+DTYPE_NAMES = ("auto", "float32", "bfloat16")
+
+
 def resolve_dtype(name: str) -> torch.dtype:
     """A dtype option ("auto", "float32", "bfloat16") as a torch dtype."""
+    if name not in DTYPE_NAMES:
+        raise ValueError(f"dtype {name!r}: choose {', '.join(DTYPE_NAMES)}")
     return getattr(torch, auto_dtype() if name == "auto" else name)

@@ -48,9 +48,8 @@ def register(app: typer.Typer) -> None:
         b, c, t = _ints("--batches", batches), _ints("--contexts", contexts), _ints("--tokens", tokens)
         w = _ints("--widths", widths)
         runner = ReferenceRunner(target, dtype, threads)
-        existing = out or table_dir() / f"{slug(device_key(runner.model))}.json"
         if if_missing and (out.exists() if out else find_table(device_key(runner.model)) is not None):
-            console.print(f"table: {existing} (exists; kept)")
+            console.print(f"table: {out or table_dir() / (slug(device_key(runner.model)) + '.json')} (exists; kept)")
             return
         step = _drafter_step(runner, drafter)
         total = grid_points(b, c, t, w, step is not None)

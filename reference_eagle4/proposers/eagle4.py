@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from reference_eagle4.model import Transformer
 
 
-
 class DrafterCache:
     """Drafter K/V per slot: a ring of R entries (R = W) or, for full attention, a growing buffer."""
 
