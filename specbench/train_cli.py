@@ -67,6 +67,9 @@ def register(app: typer.Typer) -> None:
                                                  "eagle4 drafter of the same configuration (continued training, e.g. "
                                                  "the bundled one), for dflash/dspark a dflash drafter's backbone "
                                                  "(e.g. OUT/dflash/drafter for dspark)."),
+        mlp_width: Optional[int] = typer.Option(None, min=1, help="eagle4 only: the drafter's MLP intermediate "
+                                                "size (default: the target's). With --init-from a narrower drafter, "
+                                                "its MLP grows to this width and keeps what it learnt."),
     ) -> None:
         """Regenerate responses with the target, build teacher-forced features, and train a drafter.
 
@@ -85,13 +88,15 @@ def register(app: typer.Typer) -> None:
             raise SpecbenchError(f"--pool {pool}: no such file")
         if init_from is not None:
             check_init_from(init_from, drafter)
+        if mlp_width is not None and drafter != "eagle4":
+            raise SpecbenchError(f"--mlp-width: only for --drafter eagle4, not {drafter}")
         from importlib import resources
 
         from reference_eagle4.training import TrainConfig, train_drafter
 
         with resources.as_file(resources.files("specbench.bundled") / "train-pool.jsonl") as bundled:
             pool = pool or bundled
-            cfg = TrainConfig(init_from=str(init_from) if init_from else None)
+            cfg = TrainConfig(init_from=str(init_from) if init_from else None, mlp_width=mlp_width)
             folder = train_drafter(drafter, out, pool, target, pool_chat(pool), minutes, steps, seed, resume,
                                    threads=threads, regen_method=regen_method, train_config=cfg)
         console.print(f"drafter: {folder}")

@@ -168,7 +168,8 @@ def _summary(drafter, info: dict[str, Any]) -> tuple[str, str, list[str]]:
             return ", ".join(f"step {k[3:]}: {v:.3f}" for k, v in metrics.items() if k.startswith("acc"))
 
         acc = accs(ev)
-        about = ("An EAGLE-3 style one-layer drafter (fc over the hidden states entering target layers "
+        about = (f"An EAGLE-3 style one-layer drafter (MLP width {c.intermediate_size}; fc over the hidden states "
+                 "entering target layers "
                  f"{list(c.capture_layers)}, input [norm(embed(x_t+1)), norm(h_t)]) with sliding-window attention "
                  f"(W = {c.window}) and a low-rank candidate head (rank {c.rank}, K = {c.topk_candidates} exact rows).")
         start = (f"continued from `{tc['init_from']}` (model.safetensors sha256 `{info['init_from_sha256'][:16]}…`); "

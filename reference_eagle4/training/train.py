@@ -51,6 +51,8 @@ class TrainConfig:
     window: int | None = 256
     rank: int = 64
     topk_candidates: int = 64
+    mlp_width: int | None = None      # eagle4 MLP intermediate size; None = the target's. Wider than init_from's
+                                      # grows that drafter: its function is kept, the new channels start silent
     init_std: float = 0.02
     init_passthrough: bool = True     # fc starts as [0, 0, I]: the residual stream begins at the high feature
     eval_frac: float = 0.05
@@ -251,8 +253,9 @@ def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
 def build_drafter(target_args, cfg: TrainConfig, embed: Tensor, head: Tensor,
                   d2t: Tensor | None = None) -> Eagle4Drafter:
     torch.manual_seed(cfg.seed)
+    width = {"intermediate_size": cfg.mlp_width} if cfg.mlp_width else {}
     dcfg = Eagle4Config.for_target(target_args, window=cfg.window, rank=cfg.rank,
-                                   topk_candidates=cfg.topk_candidates,
+                                   topk_candidates=cfg.topk_candidates, **width,
                                    draft_vocab_size=None if d2t is None else int(d2t.numel()))
     d = Eagle4Drafter(dcfg)
     if d2t is not None:
@@ -271,18 +274,35 @@ def build_drafter(target_args, cfg: TrainConfig, embed: Tensor, head: Tensor,
 
 def continue_from(d: Eagle4Drafter, folder: str) -> None:
     """Start from a trained EAGLE-4 drafter: more training on new data costs a fraction of starting over.
-    Shape, window and draft vocabulary must match (the low-rank head rows are indexed through it)."""
+    Shape, window and draft vocabulary must match (the low-rank head rows are indexed through it); a wider MLP
+    than the saved one grows it (`grow_mlp`), so added capacity starts from what was already learnt."""
     from reference_eagle4.drafters.eagle4 import load_drafter
 
     src = load_drafter(folder)
     keys = ("hidden_size", "intermediate_size", "capture_layers", "window", "rank", "topk_candidates",
             "draft_vocab_size", "kind")
-    diff = [k for k in keys if getattr(src.cfg, k) != getattr(d.cfg, k)]
+    diff = [k for k in keys if getattr(src.cfg, k) != getattr(d.cfg, k)
+            and not (k == "intermediate_size" and src.cfg.intermediate_size < d.cfg.intermediate_size)]
     if diff:
         raise ValueError(f"{folder}: its {', '.join(diff)} differ from this run's; continue only a drafter of the "
-                         "same configuration")
-    d.load_state_dict(src.state_dict())
+                         "same configuration (or a narrower MLP)")
+    state = src.state_dict()
+    if src.cfg.intermediate_size != d.cfg.intermediate_size:
+        state.update(grow_mlp(state["gate_up.weight"], state["down.weight"], d.gate_up.weight, d.down.weight))
+    d.load_state_dict(state)
     d.lowrank_ready = src.lowrank_ready
+
+
+def grow_mlp(gate_up: Tensor, down: Tensor, new_gate_up: Tensor, new_down: Tensor) -> dict[str, Tensor]:
+    """A wider MLP computing the same function: the old channels first, the new ones with the fresh gate and
+    up rows of `new_gate_up` and zero down columns (they learn from the first step, as LoRA's B = 0 does)."""
+    inter = down.shape[1]
+    wide = new_down.shape[1]
+    g, u = gate_up.split(inter)
+    ng, nu = new_gate_up.detach().split(wide)
+    down_w = torch.zeros_like(new_down)
+    down_w[:, :inter] = down
+    return {"gate_up.weight": torch.cat([g, ng[inter:], u, nu[inter:]]), "down.weight": down_w}
 
 
 def _optimizer(d: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:

@@ -200,6 +200,23 @@ def test_continued_training_starts_where_the_saved_drafter_ended(data, tmp_path)
         build_drafter(t.args, tiny_cfg(vocab=64, rank=8, init_from=str(tmp_path / "first")), emb, head, first.d2t)
 
 
+
+def test_a_wider_mlp_grown_from_a_trained_drafter_starts_with_its_predictions(data, tmp_path):
+    t, samples = data
+    first, _ = train(samples, t, tmp_path / "a", tiny_cfg(steps=6, vocab=64), log=lambda m: None, progress=False,
+                     resume=False)
+    first.save(tmp_path / "first", dtype=None)
+    emb, head = t.embed.weight.detach(), t.lm_head.weight.detach()
+    wide_cfg = tiny_cfg(vocab=64, mlp_width=3 * t.args.intermediate, init_from=str(tmp_path / "first"))
+    wide = build_drafter(t.args, wide_cfg, emb, head, first.d2t)
+    assert wide.down.weight.shape[1] == 3 * t.args.intermediate
+    before = evaluate(TTT(first, emb, head, wide_cfg), samples)
+    grown = evaluate(TTT(wide, emb, head, wide_cfg), samples)
+    assert grown == pytest.approx(before, abs=1e-4)
+    with pytest.raises(ValueError, match="intermediate_size differ"):        # narrower than the saved one
+        build_drafter(t.args, tiny_cfg(vocab=64, mlp_width=t.args.intermediate // 2,
+                                       init_from=str(tmp_path / "first")), emb, head, first.d2t)
+
 # -- data ---------------------------------------------------------------------------------------------------
 def test_training_and_its_data_use_bf16_only_where_the_cpu_has_it():
     """Emulated bf16 matmuls are several times slower than fp32 on an AVX2-only CPU: "auto" picks fp32 there."""

@@ -43,11 +43,16 @@ def test_train_two_kinds_share_data_and_export(tiny_target, tmp_path):
     regen = json.loads((out / "eagle4" / "drafter" / "config.json").read_text())["training"]["regen"]
     assert regen["decoding"] == "greedy (vanilla)"
     # continued training of the exported drafter, on the same data: the card says where it started
+    # with a wider MLP: the card names the width
+    width = 2 * load_drafter(out / "eagle4" / "drafter").cfg.intermediate_size
     res = runner.invoke(app, ["train", "--drafter", "eagle4", "--init-from", str(out / "eagle4" / "drafter"),
-                              *common[:-6], "--out", str(tmp_path / "more"), "--steps", "2", "--threads", "1"])
+                              *common[:-6], "--out", str(tmp_path / "more"), "--steps", "2", "--threads", "1",
+                              "--mlp-width", str(width)])
     assert res.exit_code == 0, res.output
+    assert load_drafter(tmp_path / "more" / "eagle4" / "drafter").cfg.intermediate_size == width
     card = (tmp_path / "more" / "eagle4" / "drafter" / "README.md").read_text()
     assert "continued from `" in card and "the same, for the drafter it continued from | step 0:" in card
+    assert f"MLP width {width}" in card
     state = json.loads((out / "state.json").read_text())
     assert {"regen", "train-eagle4", "train-dspark"} <= set(state["seconds"])
 
@@ -80,6 +85,12 @@ def test_unknown_regeneration_method_is_one_clear_line(tmp_path):
     res = runner.invoke(app, ["train", "--regen-method", "beam", "--out", str(tmp_path)])
     assert isinstance(res.exception, SpecbenchError)
     assert str(res.exception) == "--regen-method 'beam': choose one of ngram, eagle4-harness, vanilla"
+
+
+def test_mlp_width_is_refused_for_block_drafters(tmp_path):
+    res = runner.invoke(app, ["train", "--drafter", "dflash", "--mlp-width", "3072", "--out", str(tmp_path)])
+    assert isinstance(res.exception, SpecbenchError)
+    assert str(res.exception) == "--mlp-width: only for --drafter eagle4, not dflash"
 
 
 def test_init_from_must_be_a_drafter_of_a_kind_that_can_start_this_one(tmp_path):
