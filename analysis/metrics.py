@@ -27,8 +27,11 @@ REQUIRED_MANIFEST_KEYS = ("run_id", "method", "engine", "dataset", "budget", "co
 MANIFEST_KEYS = REQUIRED_MANIFEST_KEYS + (
     "target", "dtype", "device", "compare_id", "command", "created", "seed", "method_config",
 )
-# A speedup is only meaningful against vanilla decoding of the same model in the same conditions.
-BASELINE_MATCH_KEYS = ("engine", "dataset", "concurrency", "target", "dtype")
+# A speedup is only meaningful against vanilla decoding of the same model in the same conditions: the same
+# engine, model and device, and the same workload (which rows, how many tokens, how they are sampled).
+BASELINE_MATCH_KEYS = ("engine", "dataset", "concurrency", "target", "dtype", "device")
+WORKLOAD_KEYS = ("categories", "limit", "seed", "max_new_tokens", "temperature", "top_p", "top_k", "threads",
+                 "prefix_cache")                     # read from the manifest
 BASELINE_METHOD = "vanilla"
 
 
@@ -239,10 +242,12 @@ def _created_seconds(summary: dict[str, Any]) -> float | None:
 
 
 def _baseline_for(summary: dict[str, Any], summaries: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The vanilla run that matches on BASELINE_MATCH_KEYS, preferring the same `compare_id` (measured
-    interleaved, so machine drift cancels), then the one created closest in time."""
+    """The vanilla run that matches on BASELINE_MATCH_KEYS and WORKLOAD_KEYS, preferring the same `compare_id`
+    (measured interleaved, so machine drift cancels), then the one created closest in time."""
+    workload = lambda s: [s.get("manifest", {}).get(k) for k in WORKLOAD_KEYS]  # noqa: E731
     candidates = [s for s in summaries if s["method"] == BASELINE_METHOD
-                  and all(s.get(k) == summary.get(k) for k in BASELINE_MATCH_KEYS)]
+                  and all(s.get(k) == summary.get(k) for k in BASELINE_MATCH_KEYS)
+                  and workload(s) == workload(summary)]
     if not candidates:
         return None
     here = _created_seconds(summary)

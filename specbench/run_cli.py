@@ -205,5 +205,6 @@ def _print_match_rates(paths: list[Path]) -> None:
     for m, recs in runs:
         if m["method"] != "vanilla" and m["concurrency"] in base:
             rate = output_match_rate(recs, base[m["concurrency"]])
-            console.print(f"{method_label(m)} L={m['budget']} C={m['concurrency']}: output identical to vanilla "
-                          f"for {rate:.1%} of requests ({m['dtype']})")
+            said = ("no request finished in both runs, outputs not compared" if rate is None
+                    else f"output identical to vanilla for {rate:.1%} of requests ({m['dtype']})")
+            console.print(f"{method_label(m)} L={m['budget']} C={m['concurrency']}: {said}")

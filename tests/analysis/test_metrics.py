@@ -169,6 +169,10 @@ def test_speedups_prefer_same_compare_id_then_closest_in_time():
         _summary("ng-c8", "ngram", 300.0, concurrency=8),
         _summary("ng-vllm", "ngram", 300.0, engine="vllm"),
         _summary("ng-bf16", "ngram", 300.0, dtype="bfloat16"),
+        _summary("van-128", "vanilla", 60.0, compare_id="c2", manifest={"max_new_tokens": 128, "categories": []}),
+        _summary("ng-512", "ngram", 90.0, manifest={"max_new_tokens": 512, "categories": []}),
+        _summary("ng-chat", "ngram", 90.0, manifest={"max_new_tokens": 128, "categories": ["chat"]}),
+        _summary("ng-128", "ngram", 90.0, manifest={"max_new_tokens": 128, "categories": []}),
     ]
     result = {s["run_id"]: s for s in metrics.speedups(summaries)}
     assert [s["run_id"] for s in metrics.speedups(summaries)] == [s["run_id"] for s in summaries]
@@ -179,6 +183,9 @@ def test_speedups_prefer_same_compare_id_then_closest_in_time():
     assert (result["van-same"]["baseline"], result["van-same"]["speedup"]) == ("van-same", 1.0)
     assert result["ng-vllm"] == {"run_id": "ng-vllm", "baseline": None, "speedup": None, "per_category": {}}
     assert result["ng-bf16"]["baseline"] is None
+    # another token budget or another slice of the dataset is not a baseline
+    assert result["ng-512"]["baseline"] is None and result["ng-chat"]["baseline"] is None
+    assert (result["ng-128"]["baseline"], result["ng-128"]["speedup"]) == ("van-128", pytest.approx(1.5))
 
 
 def test_verified_drafts_and_confidence_correlation(synth):

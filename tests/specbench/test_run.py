@@ -90,6 +90,16 @@ def test_compare_interleaves_methods_and_reports_speedups(tiny_target, tmp_path)
     assert (out / "report" / "leaderboard.md").exists()
 
 
+def test_match_rates_say_so_when_no_request_finished_in_both_runs(synth, capsys):
+    from specbench.run_cli import _print_match_rates
+
+    step = synth.step(1, 2)
+    vanilla = synth.run("van", [synth.record("q1", [step], status="failed")])
+    ngram = synth.run("ng", [synth.record("q1", [step])], method="ngram", budget=4)
+    _print_match_rates([vanilla, ngram])
+    assert "ngram L=4 C=1: no request finished in both runs, outputs not compared" in capsys.readouterr().out
+
+
 def test_unknown_method_is_one_clear_error(tiny_target, tmp_path):
     with pytest.raises(SpecbenchError, match="--method 'nope' is unknown"):
         cli.invoke(app, ["run", "--target", str(tiny_target), "--method", "nope", "--limit", "1",
