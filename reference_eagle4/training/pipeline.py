@@ -163,6 +163,7 @@ def _summary(drafter, info: dict[str, Any]) -> tuple[str, str, list[str]]:
     """(title, architecture paragraph, kind-specific table rows) for the model card."""
     c, tc = drafter.cfg, info["train_config"]
     ev = info.get("eval", {})
+    epochs = f"{info['epochs']} full epoch" + ("" if info["epochs"] == 1 else "s")
     if info.get("kind", "eagle4") == "eagle4":
         def accs(metrics: dict[str, float]) -> str:
             return ", ".join(f"step {k[3:]}: {v:.3f}" for k, v in metrics.items() if k.startswith("acc"))
@@ -175,7 +176,7 @@ def _summary(drafter, info: dict[str, Any]) -> tuple[str, str, list[str]]:
         start = (f"continued from `{tc['init_from']}` (model.safetensors sha256 `{info['init_from_sha256'][:16]}…`); "
                  if tc.get("init_from") else "")
         rows = [f"| training | {start}TTT {tc['ttt_steps']} unrolled steps, soft CE vs the target's top-32 "
-                f"distribution, weights {tc['decay']}^j; AdamW lr {tc['lr']}; {info['steps']} steps ({info['epochs']} full epochs), "
+                f"distribution, weights {tc['decay']}^j; AdamW lr {tc['lr']}; {info['steps']} steps ({epochs}), "
                 f"seed {tc['seed']} |",
                 f"| held-out top-1 agreement with the target | {acc or 'n/a'} |",
                 f"| low-rank recall@K (held out) | target argmax {ev.get('lr_recall', float('nan')):.3f}, "
@@ -195,7 +196,7 @@ def _summary(drafter, info: dict[str, Any]) -> tuple[str, str, list[str]]:
     start = f"backbone initialised from `{tc['init_from']}`; " if tc.get("init_from") else ""
     rows = [f"| training | {start}{tc['anchors']} anchored blocks per sample, soft CE vs the target's top-32 "
             f"distribution, row weights exp(-(k-1)/{tc['gamma']}); AdamW lr {tc['lr']}; {info['steps']} steps "
-            f"({info['epochs']} full epochs), seed {tc['seed']} |",
+            f"({epochs}), seed {tc['seed']} |",
             f"| held-out row-1 top-1 agreement | {ev.get('acc1', float('nan')):.3f} |",
             f"| held-out accepted drafts per block (greedy, teacher-forced) | {ev.get('al', float('nan')):.2f} |"]
     if dspark:
