@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from reference_eagle4.device import DTYPE_NAMES, auto_dtype, cpu_name, resolve_dtype
+from reference_eagle4.device import cpu_name, resolve_dtype
 from reference_eagle4.engine import Engine, GenerationConfig, Request, Sequence
 from reference_eagle4.model import Transformer, load_transformer, pack_linears
 from reference_eagle4.proposers import PROPOSERS
@@ -50,9 +50,11 @@ class Settings:
 class ReferenceRunner:
     def __init__(self, target: str, dtype: str = "auto", threads: int | None = None, prefix_cache: int = 8):
         self.prefix_cache = prefix_cache      # prompts whose KV each engine keeps for reuse (0 = off)
-        if dtype not in DTYPE_NAMES:
-            raise SpecbenchError(f"--dtype must be {', '.join(DTYPE_NAMES)}, got {dtype!r}")
-        self.dtype_name = auto_dtype() if dtype == "auto" else dtype
+        try:
+            torch_dtype = resolve_dtype(dtype)
+        except ValueError as err:
+            raise SpecbenchError(f"--dtype: {err}") from None
+        self.dtype_name = str(torch_dtype).removeprefix("torch.")
         torch.set_num_threads(threads or os.cpu_count() or 1)
         try:
             self.folder = resolve_target(target)
@@ -62,7 +64,7 @@ class ReferenceRunner:
 
         self.target_spec = target
         self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
-        self.model: Transformer = pack_linears(load_transformer(self.folder, resolve_dtype(self.dtype_name)))
+        self.model: Transformer = pack_linears(load_transformer(self.folder, torch_dtype))
         self.eos_ids = eos_ids(self.folder, self.tokenizer)
         self._sha: str | None = None
 

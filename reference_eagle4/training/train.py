@@ -281,13 +281,15 @@ def continue_from(d: Eagle4Drafter, folder: str) -> None:
     src = load_drafter(folder)
     keys = ("hidden_size", "intermediate_size", "capture_layers", "window", "rank", "topk_candidates",
             "draft_vocab_size", "kind")
-    diff = [k for k in keys if getattr(src.cfg, k) != getattr(d.cfg, k)
-            and not (k == "intermediate_size" and src.cfg.intermediate_size < d.cfg.intermediate_size)]
+    diff = [k for k in keys if getattr(src.cfg, k) != getattr(d.cfg, k)]
+    grow = src.cfg.intermediate_size < d.cfg.intermediate_size
+    if grow:
+        diff.remove("intermediate_size")
     if diff:
         raise ValueError(f"{folder}: its {', '.join(diff)} differ from this run's; continue only a drafter of the "
                          "same configuration (or a narrower MLP)")
     state = src.state_dict()
-    if src.cfg.intermediate_size != d.cfg.intermediate_size:
+    if grow:
         state.update(grow_mlp(state["gate_up.weight"], state["down.weight"], d.gate_up.weight, d.down.weight))
     d.load_state_dict(state)
     d.lowrank_ready = src.lowrank_ready
