@@ -193,23 +193,46 @@ class PackedLinear(nn.Module):
 
     Decoding is bound by streaming weights from memory; the blocked layout halves the time of the
     small-row matmuls that dominate a step (see BENCHMARKS.md). Inference only: no autograd.
+
+    `exact_rows`: every row's result is the same however many rows the call holds, so that verifying a
+    tree computes each node exactly as vanilla decoding would. oneDNN breaks that in two places (checked
+    row by row in tests/reference_eagle4/test_model.py): a single fp32 row takes another kernel than two
+    or more (the MLP down projection differs in the last bit), and bf16 calls of more than 32 rows take
+    the AMX kernels, which round some rows differently from the AVX512-BF16 ones. So one fp32 row is
+    computed as two, and bf16 rows go in blocks of at most 32.
     """
 
-    def __init__(self, linear: nn.Linear, rows_hint: int = 16):
+    BF16_ROW_BLOCK = 32
+
+    def __init__(self, linear: nn.Linear, rows_hint: int = 16, exact_rows: bool = False):
         super().__init__()
         self.out_features = linear.out_features
         self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), rows_hint)
+        self.exact_rows = exact_rows
 
-    def forward(self, x: Tensor) -> Tensor:
+    def _linear(self, x: Tensor) -> Tensor:
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
 
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.exact_rows:
+            return self._linear(x)
+        rows = x.reshape(-1, x.shape[-1])
+        n = rows.shape[0]
+        if n == 1 and x.dtype == torch.float32:
+            out = self._linear(rows.repeat(2, 1))[:1]
+        elif x.dtype == torch.bfloat16 and n > self.BF16_ROW_BLOCK:
+            out = torch.cat([self._linear(b) for b in rows.split(self.BF16_ROW_BLOCK)])
+        else:
+            out = self._linear(rows)
+        return out.view(*x.shape[:-1], self.out_features)
 
-def packed(linear: nn.Linear) -> nn.Module:
+
+def packed(linear: nn.Linear, exact_rows: bool = False) -> nn.Module:
     """`linear` prepacked for oneDNN, or unchanged where this CPU's oneDNN cannot reorder its dtype (bf16
     needs AVX512-BF16 / AVX-NE-CONVERT): plain F.linear is then the fastest path there is."""
     if not can_pack(linear.weight.dtype):
         return linear
-    return PackedLinear(linear)
+    return PackedLinear(linear, exact_rows=exact_rows)
 
 
 _PACKABLE: dict[torch.dtype, bool] = {}
@@ -225,15 +248,16 @@ def can_pack(dtype: torch.dtype) -> bool:
     return _PACKABLE[dtype]
 
 
-def pack_linears(model: nn.Module) -> nn.Module:
-    """Swap every nn.Linear for a PackedLinear where oneDNN can run it (CPU); a no-op elsewhere."""
+def pack_linears(model: nn.Module, exact_rows: bool = False) -> nn.Module:
+    """Swap every nn.Linear for a PackedLinear where oneDNN can run it (CPU); a no-op elsewhere.
+    `exact_rows` for a target that verifies drafts (see PackedLinear)."""
     if not torch.backends.mkldnn.is_available() or next(model.parameters()).device.type != "cpu":
         return model
     for name, child in model.named_children():
         if isinstance(child, nn.Linear) and child.bias is None:
-            setattr(model, name, packed(child))
+            setattr(model, name, packed(child, exact_rows))
         else:
-            pack_linears(child)
+            pack_linears(child, exact_rows)
     return model
 
 
@@ -256,8 +280,11 @@ class Transformer(nn.Module):
         self.attention = "auto"
 
     def new_cache(self, slots: int, max_len: int) -> KVCache:
+        """On CPU the cache holds float64, the dtype `exact_attention` reads (the keys and values themselves
+        are the model dtype's values, stored exactly)."""
         p = self.embed.weight
-        return KVCache(self.args, slots, max_len, p.dtype, str(p.device))
+        exact = p.device.type == "cpu" and self.attention != "triton"
+        return KVCache(self.args, slots, max_len, torch.float64 if exact else p.dtype, str(p.device))
 
     def forward(self, tokens: Tensor, cache: KVCache, tree_mask: Tensor | None = None,
                 depths: Tensor | None = None, capture: tuple[int, ...] = (),
@@ -318,12 +345,42 @@ class Transformer(nn.Module):
                 from reference_eagle4.kernels.tree_attention_triton import tree_attention_triton
                 bits = pack_tree_mask(tree_mask)
                 return lambda q, k, v: tree_attention_triton(q, k, v, lens, bits, kv_len=kv_len)
-        rel = torch.arange(kv_len, device=lens.device)[None, :] - lens[:, None]                 # [B, S]
-        in_new = (rel >= 0) & (rel < T)
-        new_vis = tree_mask.gather(2, rel.clamp(0, T - 1)[:, None, :].expand(B, T, kv_len))
-        mask = ((rel < 0)[:, None, :] | (in_new[:, None, :] & new_vis)).unsqueeze(1)        # [B, 1, T, S]
-        return lambda q, k, v: F.scaled_dot_product_attention(q, k[:B, :, :kv_len], v[:B, :, :kv_len],
-                                                              attn_mask=mask, enable_gqa=True)
+        mask = visible_keys(lens, tree_mask, kv_len)                                          # [B, T, S]
+        if w.is_cuda:
+            return lambda q, k, v: F.scaled_dot_product_attention(
+                q, k[:B, :, :kv_len], v[:B, :, :kv_len], attn_mask=mask.unsqueeze(1), enable_gqa=True)
+        a = self.args
+        bias = torch.zeros(B, a.n_kv_heads, a.n_heads // a.n_kv_heads, T, kv_len, dtype=torch.float64)
+        bias.masked_fill_(~mask[:, None, None], float("-inf"))
+        bias = bias.view(B * a.n_kv_heads, -1, kv_len)
+        return lambda q, k, v: exact_attention(q, k[:B, :, :kv_len], v[:B, :, :kv_len], bias)
+
+
+def visible_keys(lens: Tensor, tree_mask: Tensor, S: int) -> Tensor:
+    """[B, T, S] bool: each new token sees its slot's prefix and the new tokens of its tree_mask row."""
+    B, T, _ = tree_mask.shape
+    rel = torch.arange(S, device=lens.device)[None, :] - lens[:, None]                     # [B, S]
+    in_new = (rel >= 0) & (rel < T)
+    new_vis = tree_mask.gather(2, rel.clamp(0, T - 1)[:, None, :].expand(B, T, S))
+    return (rel < 0)[:, None, :] | (in_new[:, None, :] & new_vis)
+
+
+def exact_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
+    """Attention computed in float64, so that a token's output does not depend on what else the step holds.
+
+    A tree node's visible keys sit at other cache positions than when vanilla decoding reaches the same
+    token (its siblings come between), and the step holds other nodes, sequences and padding. Every
+    fp32/bf16 kernel sums in an order that depends on those (vectorised lanes, BLAS blocking, threads),
+    and in bf16 the differences flip greedy tokens (SDPA: a quarter to a half of the outputs differed from
+    vanilla). In float64 the order costs ~1e-16 relative, far below a bf16 or fp32 rounding step, so the
+    rounded result is the same: verification reproduces vanilla decoding exactly in practice.
+    q [B, H, T, D]; k, v [B, KV, S, D] float64; bias [B * KV, G * T, S] float64, 0 = visible, -inf = not.
+    """
+    B, H, T, D = q.shape
+    KV, S = k.shape[1], k.shape[2]
+    qg = q.double().reshape(B * KV, -1, D)                  # query heads grouped by the key head they share
+    s = torch.baddbmm(bias, qg, k.reshape(B * KV, S, D).transpose(1, 2), alpha=D ** -0.5)
+    return torch.bmm(s.softmax(-1), v.reshape(B * KV, S, D)).view(B, H, T, D).to(q.dtype)
 
 
 def load_transformer(folder: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu") -> Transformer:

@@ -255,7 +255,8 @@ def test_kernels_compile_for_hopper_without_spilling(triton_cpu):
 
 def test_target_forward_through_the_kernel_equals_sdpa(triton_cpu):
     """The engine's wiring: a tree verification step of the target with `attention = "triton"` (what CUDA
-    picks) gives the logits and cache of the dense-mask SDPA path, for ragged lengths and random trees."""
+    picks) gives the logits and cache of the CPU path (float64 attention), for ragged lengths and random
+    trees."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__)))
     from eagle4_helpers import tiny_target
 
@@ -274,7 +275,7 @@ def test_target_forward_through_the_kernel_equals_sdpa(triton_cpu):
         depths = masks.sum(-1) - 1
         tokens = torch.randint(0, 256, (3, T), generator=g)
         logits, _ = model(tokens, cache, tree_mask=masks, depths=depths)
-        results.append((logits, cache.k.clone()))
+        results.append((logits, cache.k.float()))
     model.attention = "auto"
     assert torch.allclose(results[0][0], results[1][0], atol=1e-4)
     assert torch.allclose(results[0][1], results[1][1], atol=1e-5)

@@ -122,3 +122,61 @@ def test_a_dtype_onednn_cannot_prepack_keeps_plain_linears(tiny_target, monkeypa
     with torch.no_grad():
         logits, _ = m(ids, m.new_cache(1, 8))
     assert torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_verified_trees_reproduce_one_token_decoding_bit_for_bit(dtype):
+    """Greedy speculative decoding equals vanilla only if a node's logits are exactly those of decoding its
+    path one token at a time, whatever else the step holds: other branches, a second sequence of another
+    length, keys crossing a chunk boundary. SDPA misses this in bf16 (tokens flip); the engine must not."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from eagle4_helpers import tiny_target as random_target
+
+    model = pack_linears(random_target(seed=3).to(dtype))
+    g = torch.Generator().manual_seed(6)
+    prefixes = [torch.randint(0, 256, (1, n), generator=g) for n in (59, 130)]
+    tree = DraftTree([5, 7, 9, 11, 13, 17, 19, 23], [-1, 0, 0, 1, 1, 2, 4, 6])
+    with torch.no_grad():
+        batch = model.new_cache(2, 192)
+        for slot, p in enumerate(prefixes):
+            model(p, batch, first_slot=slot)
+            batch.keep(slot, torch.arange(p.shape[1]))
+        tokens = torch.tensor([tree.tokens, tree.tokens])
+        logits, _ = model(tokens, batch, tree_mask=tree.mask()[None].expand(2, -1, -1),
+                          depths=torch.tensor([tree.depths] * 2))
+        for slot, p in enumerate(prefixes):
+            for node in range(len(tree)):
+                path, n = [], node
+                while n >= 0:
+                    path.insert(0, tree.tokens[n])
+                    n = tree.parents[n]
+                alone = model.new_cache(1, 192)
+                model(p, alone)
+                alone.keep(0, torch.arange(p.shape[1]))
+                for tok in path:                                  # vanilla: one token per step
+                    ref, _ = model(torch.tensor([[tok]]), alone)
+                    alone.keep(0, torch.arange(1))
+                assert torch.equal(logits[slot, node], ref[0, 0]), f"sequence {slot}, node {node}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_exact_rows_linears_compute_each_row_as_if_alone(dtype):
+    """Row by row, a step's linears must not depend on how many rows the step holds (oneDNN switches kernels
+    at one row and, in bf16, above 32): shapes of SmolLM2's projections, 1 to 80 rows."""
+    from torch import nn
+
+    from reference_eagle4.model import can_pack, packed
+
+    if not can_pack(dtype):
+        pytest.skip(f"oneDNN cannot prepack {dtype} on this CPU")
+    g = torch.Generator().manual_seed(7)
+    for k, n in ((576, 3072), (1536, 576), (576, 960)):
+        lin = nn.Linear(k, n, bias=False)
+        lin.weight.data = (torch.randn(n, k, generator=g) * 0.05).to(dtype)
+        exact = packed(lin, exact_rows=True)
+        x = torch.randn(80, k, generator=g).to(dtype)
+        alone = torch.cat([exact(x[i:i + 1]) for i in range(80)])
+        for m in (2, 5, 17, 32, 33, 47, 64, 80):
+            assert torch.equal(exact(x[:m]), alone[:m]), f"{k}x{n}, {m} rows"

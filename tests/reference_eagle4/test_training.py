@@ -14,6 +14,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from eagle4_helpers import bigram_target, one_thread  # noqa: E402,F401
 
+from reference_eagle4.device import resolve_dtype  # noqa: E402
 from reference_eagle4.engine import Engine, GenerationConfig, Request  # noqa: E402
 from reference_eagle4.proposers import PROPOSERS  # noqa: E402
 from reference_eagle4.training import regenerate as regen  # noqa: E402
@@ -190,6 +191,7 @@ def test_continued_training_starts_where_the_saved_drafter_ended(data, tmp_path)
     cfg = tiny_cfg(steps=12, vocab=64, init_from=str(tmp_path / "first"))
     emb, head = t.embed.weight.detach(), t.lm_head.weight.detach()
     start = build_drafter(t.args, cfg, emb, head, first.d2t)
+    head = head.to(resolve_dtype(cfg.dtype))        # the head dtype train() evaluates with on this machine
     before = evaluate(TTT(first, emb, head, cfg), samples)
     assert evaluate(TTT(start, emb, head, cfg), samples) == before
     second, st2 = train(samples, t, tmp_path / "b", cfg, **quiet)
