@@ -145,11 +145,11 @@ class Block(nn.Module):
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache_k: Tensor, cache_v: Tensor,
                 write: tuple[Tensor, Tensor], attend: Callable[[Tensor, Tensor, Tensor], Tensor],
-                packed: "Packing | None" = None) -> Tensor:
+                packed: "Packing | None" = None, exact: bool = True) -> Tensor:
         """x: [B, T, dim], or [N, dim] holding only the real tokens when `packed` (attention unpacks)."""
         a = self.args
         B, T = cos.shape[0], cos.shape[2]
-        qkv = self.qkv(self.attn_norm(x))
+        qkv = linear(self.qkv, self.attn_norm(x), exact)
         if packed is not None:
             qkv = packed.unpack(qkv)
         q, k, v = qkv.split([a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim, a.n_kv_heads * a.head_dim], -1)
@@ -160,9 +160,9 @@ class Block(nn.Module):
         cache_k[rows, :, cols] = k.transpose(1, 2).to(cache_k.dtype)
         cache_v[rows, :, cols] = v.transpose(1, 2).to(cache_v.dtype)
         out = attend(q, cache_k, cache_v).transpose(1, 2).reshape(B, T, -1)
-        x = x + self.o(out if packed is None else packed.pack(out))
-        g, u = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
-        return x + self.down(F.silu(g) * u)
+        x = x + linear(self.o, out if packed is None else packed.pack(out), exact)
+        g, u = linear(self.gate_up, self.mlp_norm(x), exact).chunk(2, dim=-1)
+        return x + linear(self.down, F.silu(g) * u, exact)
 
 
 class Packing:
@@ -193,46 +193,47 @@ class PackedLinear(nn.Module):
 
     Decoding is bound by streaming weights from memory; the blocked layout halves the time of the
     small-row matmuls that dominate a step (see BENCHMARKS.md). Inference only: no autograd.
-
-    `exact_rows`: every row's result is the same however many rows the call holds, so that verifying a
-    tree computes each node exactly as vanilla decoding would. oneDNN breaks that in two places (checked
-    row by row in tests/reference_eagle4/test_model.py): a single fp32 row takes another kernel than two
-    or more (the MLP down projection differs in the last bit), and bf16 calls of more than 32 rows take
-    the AMX kernels, which round some rows differently from the AVX512-BF16 ones. So one fp32 row is
-    computed as two, and bf16 rows go in blocks of at most 32.
     """
 
     BF16_ROW_BLOCK = 32
 
-    def __init__(self, linear: nn.Linear, rows_hint: int = 16, exact_rows: bool = False):
+    def __init__(self, linear: nn.Linear, rows_hint: int = 16):
         super().__init__()
         self.out_features = linear.out_features
         self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), rows_hint)
-        self.exact_rows = exact_rows
-
-    def _linear(self, x: Tensor) -> Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
 
     def forward(self, x: Tensor) -> Tensor:
-        if not self.exact_rows:
-            return self._linear(x)
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
+
+    def rowwise(self, x: Tensor) -> Tensor:
+        """The product with every row computed as if alone, so that verifying a tree computes each node
+        exactly as vanilla decoding does. oneDNN breaks that in two places (checked row by row in
+        tests/reference_eagle4/test_model.py): a single fp32 row takes another kernel than two or more
+        (the MLP down projection differs in the last bit), and bf16 calls of more than 32 rows take the
+        AMX kernels, which round some rows differently. So one fp32 row is computed as two, and bf16 rows
+        go in blocks of at most 32."""
         rows = x.reshape(-1, x.shape[-1])
         n = rows.shape[0]
         if n == 1 and x.dtype == torch.float32:
-            out = self._linear(rows.repeat(2, 1))[:1]
+            out = self(rows.repeat(2, 1))[:1]
         elif x.dtype == torch.bfloat16 and n > self.BF16_ROW_BLOCK:
-            out = torch.cat([self._linear(b) for b in rows.split(self.BF16_ROW_BLOCK)])
+            out = torch.cat([self(b) for b in rows.split(self.BF16_ROW_BLOCK)])
         else:
-            out = self._linear(rows)
+            out = self(rows)
         return out.view(*x.shape[:-1], self.out_features)
 
 
-def packed(linear: nn.Linear, exact_rows: bool = False) -> nn.Module:
+def linear(layer: nn.Module, x: Tensor, exact: bool) -> Tensor:
+    """`layer(x)`, row by row as if alone when `exact` (PackedLinear.rowwise; other layers already are)."""
+    return layer.rowwise(x) if exact and isinstance(layer, PackedLinear) else layer(x)
+
+
+def packed(linear: nn.Linear) -> nn.Module:
     """`linear` prepacked for oneDNN, or unchanged where this CPU's oneDNN cannot reorder its dtype (bf16
     needs AVX512-BF16 / AVX-NE-CONVERT): plain F.linear is then the fastest path there is."""
     if not can_pack(linear.weight.dtype):
         return linear
-    return PackedLinear(linear, exact_rows=exact_rows)
+    return PackedLinear(linear)
 
 
 _PACKABLE: dict[torch.dtype, bool] = {}
@@ -248,16 +249,15 @@ def can_pack(dtype: torch.dtype) -> bool:
     return _PACKABLE[dtype]
 
 
-def pack_linears(model: nn.Module, exact_rows: bool = False) -> nn.Module:
-    """Swap every nn.Linear for a PackedLinear where oneDNN can run it (CPU); a no-op elsewhere.
-    `exact_rows` for a target that verifies drafts (see PackedLinear)."""
+def pack_linears(model: nn.Module) -> nn.Module:
+    """Swap every nn.Linear for a PackedLinear where oneDNN can run it (CPU); a no-op elsewhere."""
     if not torch.backends.mkldnn.is_available() or next(model.parameters()).device.type != "cpu":
         return model
     for name, child in model.named_children():
         if isinstance(child, nn.Linear) and child.bias is None:
-            setattr(model, name, packed(child, exact_rows))
+            setattr(model, name, packed(child))
         else:
-            pack_linears(child, exact_rows)
+            pack_linears(child)
     return model
 
 
@@ -289,7 +289,7 @@ class Transformer(nn.Module):
     def forward(self, tokens: Tensor, cache: KVCache, tree_mask: Tensor | None = None,
                 depths: Tensor | None = None, capture: tuple[int, ...] = (),
                 logits_rows: Tensor | None = None, first_slot: int = 0,
-                valid: Tensor | None = None) -> tuple[Tensor, list[Tensor]]:
+                valid: Tensor | None = None, exact: bool = True) -> tuple[Tensor, list[Tensor]]:
         """Append `tokens` [B, T] after the cached tokens of slots first_slot..first_slot+B-1.
 
         tree_mask [B, T, T] (bool, row i = the new tokens token i sees) defaults to causal; depths [B, T]
@@ -299,6 +299,9 @@ class Transformer(nn.Module):
         `logits_rows` ([B, T] bool) limits the LM head to the rows that are needed (e.g. prefill's last).
         `valid` ([B, T] bool) marks the real tokens of a padded batch: the matmuls skip the rest, and the
         logits come back for the real tokens only, [N, V] in row-major order (not with `logits_rows`).
+        `exact` (CPU): each token's results are exactly those it would get alone, as decoding and
+        verification need (`exact_attention`, `PackedLinear.rowwise`); False takes the fastest kernels, for
+        a computation every method does identically (a prompt's prefill).
         """
         B, T = tokens.shape
         dev = tokens.device
@@ -315,7 +318,7 @@ class Transformer(nn.Module):
         if kv_len > cache.max_len:
             raise ValueError(f"KV cache overflow: {kv_len} > {cache.max_len} positions")
         write = (torch.arange(B, device=dev)[:, None].expand(B, T), lens[:, None] + steps)
-        attend = self._attention(lens, tree_mask, kv_len)
+        attend = self._attention(lens, tree_mask, kv_len, exact)
 
         packed = Packing(valid) if valid is not None else None
         x = self.embed(tokens if packed is None else tokens.reshape(-1)[packed.rows])
@@ -323,16 +326,17 @@ class Transformer(nn.Module):
         for i, layer in enumerate(self.layers):
             if i in capture:
                 hidden.append(x if packed is None else packed.unpack(x))
-            x = layer(x, cos, sin, cache.k[i, first_slot:], cache.v[i, first_slot:], write, attend, packed)
+            x = layer(x, cos, sin, cache.k[i, first_slot:], cache.v[i, first_slot:], write, attend, packed, exact)
         if self.args.n_layers in capture:
             hidden.append(x if packed is None else packed.unpack(x))
         x = self.norm(x)
         if logits_rows is not None:
             x = x[logits_rows]
-        return self.lm_head(x), hidden
+        return linear(self.lm_head, x, exact), hidden
 
 
-    def _attention(self, lens: Tensor, tree_mask: Tensor, kv_len: int) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+    def _attention(self, lens: Tensor, tree_mask: Tensor, kv_len: int,
+                   exact: bool) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
         """attend(q, cache_k, cache_v) for this step: every new token sees its slot's prefix and its tree row."""
         B, T, _ = tree_mask.shape
         w = self.embed.weight
@@ -346,9 +350,10 @@ class Transformer(nn.Module):
                 bits = pack_tree_mask(tree_mask)
                 return lambda q, k, v: tree_attention_triton(q, k, v, lens, bits, kv_len=kv_len)
         mask = visible_keys(lens, tree_mask, kv_len)                                          # [B, T, S]
-        if w.is_cuda:
+        if w.is_cuda or not exact:
             return lambda q, k, v: F.scaled_dot_product_attention(
-                q, k[:B, :, :kv_len], v[:B, :, :kv_len], attn_mask=mask.unsqueeze(1), enable_gqa=True)
+                q, k[:B, :, :kv_len].to(q.dtype), v[:B, :, :kv_len].to(q.dtype), attn_mask=mask.unsqueeze(1),
+                enable_gqa=True)
         a = self.args
         bias = torch.zeros(B, a.n_kv_heads, a.n_heads // a.n_kv_heads, T, kv_len, dtype=torch.float64)
         bias.masked_fill_(~mask[:, None, None], float("-inf"))

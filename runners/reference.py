@@ -64,7 +64,7 @@ class ReferenceRunner:
 
         self.target_spec = target
         self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
-        self.model: Transformer = pack_linears(load_transformer(self.folder, torch_dtype), exact_rows=True)
+        self.model: Transformer = pack_linears(load_transformer(self.folder, torch_dtype))
         self.eos_ids = eos_ids(self.folder, self.tokenizer)
         self._sha: str | None = None
 

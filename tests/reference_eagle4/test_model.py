@@ -175,7 +175,7 @@ def test_exact_rows_linears_compute_each_row_as_if_alone(dtype):
     for k, n in ((576, 3072), (1536, 576), (576, 960)):
         lin = nn.Linear(k, n, bias=False)
         lin.weight.data = (torch.randn(n, k, generator=g) * 0.05).to(dtype)
-        exact = packed(lin, exact_rows=True)
+        exact = packed(lin).rowwise
         x = torch.randn(80, k, generator=g).to(dtype)
         alone = torch.cat([exact(x[i:i + 1]) for i in range(80)])
         for m in (2, 5, 17, 32, 33, 47, 64, 80):
