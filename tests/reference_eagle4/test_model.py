@@ -15,6 +15,15 @@ def models(tiny_target):
     return hf, load_transformer(tiny_target)
 
 
+def path_to(tree: DraftTree, node: int) -> list[int]:
+    """The tokens from the root down to `node`."""
+    path = []
+    while node >= 0:
+        path.insert(0, tree.tokens[node])
+        node = tree.parents[node]
+    return path
+
+
 def test_logits_match_transformers_across_cached_chunks(models):
     hf, ours = models
     ids = torch.randint(0, 300, (1, 40), generator=torch.Generator().manual_seed(1))
@@ -38,11 +47,7 @@ def test_tree_node_logits_equal_the_logits_of_its_path(models):
         logits, _ = ours(torch.tensor([tree.tokens]), cache, tree_mask=tree.mask()[None],
                          depths=torch.tensor([tree.depths]))
         for node in range(len(tree)):
-            path, n = [], node
-            while n >= 0:
-                path.insert(0, tree.tokens[n])
-                n = tree.parents[n]
-            ref = hf(torch.cat([prefix, torch.tensor([path])], 1)).logits[0, -1]
+            ref = hf(torch.cat([prefix, torch.tensor([path_to(tree, node)])], 1)).logits[0, -1]
             assert (logits[0, node] - ref).abs().max() < 1e-4, f"node {node}"
 
 
@@ -148,14 +153,10 @@ def test_verified_trees_reproduce_one_token_decoding_bit_for_bit(dtype):
                           depths=torch.tensor([tree.depths] * 2))
         for slot, p in enumerate(prefixes):
             for node in range(len(tree)):
-                path, n = [], node
-                while n >= 0:
-                    path.insert(0, tree.tokens[n])
-                    n = tree.parents[n]
                 alone = model.new_cache(1, 192)
                 model(p, alone)
                 alone.keep(0, torch.arange(p.shape[1]))
-                for tok in path:                                  # vanilla: one token per step
+                for tok in path_to(tree, node):                   # vanilla: one token per step
                     ref, _ = model(torch.tensor([[tok]]), alone)
                     alone.keep(0, torch.arange(1))
                 assert torch.equal(logits[slot, node], ref[0, 0]), f"sequence {slot}, node {node}"
