@@ -195,7 +195,7 @@ class PackedLinear(nn.Module):
     small-row matmuls that dominate a step (see BENCHMARKS.md). Inference only: no autograd.
     """
 
-    BF16_ROW_BLOCK = 32
+    ROW_BLOCK = 32
 
     def __init__(self, linear: nn.Linear, rows_hint: int = 16):
         super().__init__()
@@ -207,19 +207,14 @@ class PackedLinear(nn.Module):
 
     def rowwise(self, x: Tensor) -> Tensor:
         """The product with every row computed as if alone, so that verifying a tree computes each node
-        exactly as vanilla decoding does. oneDNN breaks that in two places (checked row by row in
-        tests/reference_eagle4/test_model.py): a single fp32 row takes another kernel than two or more
-        (the MLP down projection differs in the last bit), and bf16 calls of more than 32 rows take the
-        AMX kernels, which round some rows differently. So one fp32 row is computed as two, and bf16 rows
-        go in blocks of at most 32."""
-        rows = x.reshape(-1, x.shape[-1])
-        n = rows.shape[0]
-        if n == 1 and x.dtype == torch.float32:
-            out = self(rows.repeat(2, 1))[:1]
-        elif x.dtype == torch.bfloat16 and n > self.BF16_ROW_BLOCK:
-            out = torch.cat([self(b) for b in rows.split(self.BF16_ROW_BLOCK)])
-        else:
-            out = self(rows)
+        exactly as vanilla decoding does. oneDNN picks kernels by row count, and two of its switches round
+        rows differently (checked row by row in tests/reference_eagle4/test_model.py): a single row takes
+        a vector kernel (fp32 on every CPU seen; bf16 on AVX512-BF16 without AMX, in the MLP down
+        projection), and bf16 calls of more than 32 rows take AMX kernels where the CPU has them. Between
+        2 and 32 rows every CPU seen computes each row alike, so one row is computed as two and larger
+        calls go in blocks of at most 32."""
+        blocks = x.reshape(-1, x.shape[-1]).split(self.ROW_BLOCK)
+        out = torch.cat([self(b.repeat(2, 1))[:1] if b.shape[0] == 1 else self(b) for b in blocks])
         return out.view(*x.shape[:-1], self.out_features)
 
 
