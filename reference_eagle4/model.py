@@ -213,9 +213,15 @@ class PackedLinear(nn.Module):
         projection), and bf16 calls of more than 32 rows take AMX kernels where the CPU has them. Between
         2 and 32 rows every CPU seen computes each row alike, so one row is computed as two and larger
         calls go in blocks of at most 32."""
-        blocks = x.reshape(-1, x.shape[-1]).split(self.ROW_BLOCK)
-        out = torch.cat([self(b.repeat(2, 1))[:1] if b.shape[0] == 1 else self(b) for b in blocks])
+        rows = x.reshape(-1, x.shape[-1])
+        if rows.shape[0] <= self.ROW_BLOCK:       # a decoding or verification step: one call, no split
+            out = self._block(rows)
+        else:
+            out = torch.cat([self._block(b) for b in rows.split(self.ROW_BLOCK)])
         return out.view(*x.shape[:-1], self.out_features)
+
+    def _block(self, rows: Tensor) -> Tensor:
+        return self(torch.cat((rows, rows)))[:1] if rows.shape[0] == 1 else self(rows)
 
 
 def linear(layer: nn.Module, x: Tensor, exact: bool) -> Tensor:
