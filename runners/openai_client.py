@@ -409,8 +409,19 @@ class ServerRunner:
     def method_config(self, settings: Any) -> dict[str, Any]:
         raise NotImplementedError
 
+    # the engine module's launch_command(target, method, budget, *, tp, drafter, host, port, dtype,
+    # max_model_len, python, extra, options), set by each subclass as a staticmethod
+    build_launch_command: Callable[..., list[str]]
+
     def launch_command(self, settings: Any) -> list[str]:
-        raise NotImplementedError
+        """The server command for this run's method and options (--option tp, drafter, host, port, ...)."""
+        opts = self._options(settings)
+        folder = local_target_folder(self.target_spec)
+        return self.build_launch_command(
+            str(folder or self.target_spec), settings.method, settings.budget, tp=int(opts.get("tp", 1)),
+            drafter=opts.get("drafter"), host=str(opts.get("host", "127.0.0.1")),
+            port=int(opts.get("port") or free_port()), dtype=self.dtype_name, max_model_len=opts.get("max_model_len"),
+            python=python_for(opts), extra=shlex.split(str(opts.get("server_args", ""))), options=opts)
 
     def prepare(self, requests: list[ServerRequest]) -> None:
         """Per block, before sending (e.g. tokenize prompts)."""

@@ -31,14 +31,12 @@ the run-level counters in the manifest (`engine_counters`), with AL = 1 + accept
 
 from __future__ import annotations
 
-import shlex
 import time
 from typing import Any
 
 from specbench.errors import SpecbenchError
 from specbench.runners.openai_client import (
-    ServerRequest, ServerRunner, Session, Stream, add_counters, free_port, load_tokenizer, local_target_folder,
-    python_for, sse_events, steps_from_histogram,
+    ServerRequest, ServerRunner, Session, Stream, add_counters, load_tokenizer, sse_events, steps_from_histogram,
 )
 
 ENGINE = "sglang"
@@ -160,6 +158,7 @@ class SglangRunner(ServerRunner):
     engine_name = ENGINE
     extra = "sglang"
     counters_source = "SGLang meta_info: spec_verify_ct, accepted drafts and spec_accept_histogram summed over requests"
+    build_launch_command = staticmethod(launch_command)
 
     def __init__(self, target: str, dtype: str = "auto", endpoint: str | None = None):
         super().__init__(target, dtype, endpoint)
@@ -170,15 +169,6 @@ class SglangRunner(ServerRunner):
         return {"name": settings.method, "budget": settings.budget, "engine": ENGINE,
                 "speculative_args": spec_args(settings.method, settings.budget, opts.get("drafter"), opts),
                 "tensor_parallel_size": int(opts.get("tp", 1))}
-
-    def launch_command(self, settings: Any) -> list[str]:
-        opts = self._options(settings)
-        folder = local_target_folder(self.target_spec)
-        return launch_command(
-            str(folder or self.target_spec), settings.method, settings.budget, tp=int(opts.get("tp", 1)),
-            drafter=opts.get("drafter"), host=str(opts.get("host", "127.0.0.1")),
-            port=int(opts.get("port") or free_port()), dtype=self.dtype_name, max_model_len=opts.get("max_model_len"),
-            python=python_for(opts), extra=shlex.split(str(opts.get("server_args", ""))), options=opts)
 
     def check_server(self, base: str, session: Session) -> None:
         """Refuse a server whose draft width differs from --budget (when it reports one)."""

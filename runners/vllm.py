@@ -36,15 +36,14 @@ on every choice delta), so records hold exact token ids; without them the runner
 from __future__ import annotations
 
 import json
-import shlex
 import time
 from pathlib import Path
 from typing import Any
 
 from specbench.errors import SpecbenchError
 from specbench.runners.openai_client import (
-    ServerRequest, ServerRunner, Session, Stream, counter_delta, parse_spec_counters, add_counters, python_for,
-    local_target_folder, load_tokenizer, sse_events, steps_from_histogram, steps_from_per_step,
+    ServerRequest, ServerRunner, Session, Stream, counter_delta, parse_spec_counters, add_counters, load_tokenizer,
+    sse_events, steps_from_histogram, steps_from_per_step,
 )
 
 ENGINE = "vllm"
@@ -109,6 +108,7 @@ class VllmRunner(ServerRunner):
     engine_name = ENGINE
     extra = "vllm"
     counters_source = "vLLM /metrics: vllm:spec_decode_* counter deltas around each block"
+    build_launch_command = staticmethod(launch_command)
 
     def __init__(self, target: str, dtype: str = "auto", endpoint: str | None = None):
         super().__init__(target, dtype, endpoint)
@@ -122,17 +122,6 @@ class VllmRunner(ServerRunner):
         spec = speculative_config(settings.method, settings.budget, opts.get("drafter"), opts)
         return {"name": settings.method, "budget": settings.budget, "engine": ENGINE, "speculative_config": spec,
                 "tensor_parallel_size": int(opts.get("tp", 1))}
-
-    def launch_command(self, settings: Any) -> list[str]:
-        opts = self._options(settings)
-        folder = local_target_folder(self.target_spec)
-        from specbench.runners.openai_client import free_port
-
-        return launch_command(
-            str(folder or self.target_spec), settings.method, settings.budget, tp=int(opts.get("tp", 1)),
-            drafter=opts.get("drafter"), host=str(opts.get("host", "127.0.0.1")),
-            port=int(opts.get("port") or free_port()), dtype=self.dtype_name, max_model_len=opts.get("max_model_len"),
-            python=python_for(opts), extra=shlex.split(str(opts.get("server_args", ""))), options=opts)
 
     def check_server(self, base: str, session: Session) -> None:
         resp = self.httpx.get(base + "/v1/models", timeout=30)
