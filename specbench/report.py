@@ -133,13 +133,22 @@ def _dataset_sections(summaries: list[Summary], speeds: list[Summary]) -> list[d
 
 def _runs_table(summaries: list[Summary], speeds: list[Summary]) -> Table:
     table = Table("Runs", ["run", "method", "engine", "dataset", "L", "C", "target", "dtype", "device", "seed",
-                           "created", "compare", "vanilla baseline"],
-                  [False, False, False, False, True, True, False, False, False, True, False, False, False])
+                           "created", "compare", "vanilla baseline", "CPU taken by others"],
+                  [False, False, False, False, True, True, False, False, False, True, False, False, False, True])
     for s, sp in zip(summaries, speeds):
         table.rows.append([_describe(s[k]) for k in ("run_id", "method", "engine", "dataset", "budget",
                                                       "concurrency", "target", "dtype", "device", "seed",
-                                                      "created", "compare_id")] + [_describe(sp["baseline"])])
+                                                      "created", "compare_id")]
+                          + [_describe(sp["baseline"]), _others_cpu(s["manifest"].get("machine_load"))])
     return table
+
+
+def _others_cpu(load: dict[str, Any] | None) -> str:
+    """Share of the machine's CPU that other processes and guests took while the run measured (machine_load.py);
+    a run of the in-process engine on a quiet machine shows 0%."""
+    if not load:
+        return "—"
+    return f"{load['foreign_cpu_share'] + load['steal_share']:.0%}"
 
 
 def _environment(summaries: list[Summary]) -> list[tuple[str, str]]:

@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from specbench.analysis.metrics import method_label
 from specbench.dataset import Row, load_rows
 from specbench.errors import SpecbenchError
+from specbench.machine_load import LoadMeter, warning
 from specbench.records import MANIFEST_FILE, RecordWriter, iter_finished_ids, read_manifest
 from specbench.runners.reference import ReferenceRunner, Settings
 
@@ -163,6 +164,7 @@ class Variant:
     engine: Any
     tokens: int = 0
     busy_s: float = 0.0
+    load: LoadMeter | None = None            # CPU other processes took while it ran (in-process engine only)
 
 
 def execute(runner: ReferenceRunner, job: Job, variants_settings: list[Settings], out_dirs: list[Path],
@@ -179,7 +181,10 @@ def execute(runner: ReferenceRunner, job: Job, variants_settings: list[Settings]
     for settings, path in zip(variants_settings, out_dirs):
         engine = runner.engine(settings, runner.max_len(requests, settings))
         meta = manifest(path.name, job, settings, runner, engine.proposer.config(), len(ids), compare_id)
-        variants.append(Variant(settings, RunDir(path, meta, resume, ids), engine))
+        run_dir = RunDir(path, meta, resume, ids)
+        # a server engine's own work is another process's CPU by construction: nothing to tell apart there
+        load = LoadMeter.resumed(read_manifest(path).get("machine_load")) if job.engine == "reference" else None
+        variants.append(Variant(settings, run_dir, engine, load=load))
         _engine_hook(runner, "start", engine, path)
     if getattr(runner, "sequential_variants", False):
         chunk = len(ids)                     # server engines: C requests in flight throughout, one server at a time
@@ -203,7 +208,20 @@ def execute(runner: ReferenceRunner, job: Job, variants_settings: list[Settings]
         for v in variants:
             v.dir.writer.close()
             _engine_hook(runner, "finish", v.engine, v.dir.path)
+            _save_load(v)
     return [v.dir.path for v in variants]
+
+
+def _save_load(v: Variant) -> None:
+    """Record in the manifest how much CPU others took while the variant ran, and warn when it skews speed."""
+    shares = v.load.shares() if v.load is not None else None
+    if shares is None:
+        return
+    path = v.dir.path / MANIFEST_FILE
+    path.write_text(json.dumps({**read_manifest(v.dir.path), "machine_load": shares}, indent=2) + "\n")
+    line = warning(f"{v.settings.method} L={v.settings.budget} C={v.settings.concurrency}", shares)
+    if line:
+        print(line, file=sys.stderr)
 
 
 def _label(variants: list[Variant]) -> str:
@@ -224,7 +242,13 @@ def _run_block(runner: ReferenceRunner, v: Variant, todo: list, bar: Progress, t
         bar.update(task, advance=1, tok_s=rate, description=f"{v.settings.method} L={v.settings.budget} "
                    f"C={v.settings.concurrency}")
 
-    runner.run(v.engine, todo, v.settings, on_record)
+    if v.load is not None:
+        v.load.start()
+    try:
+        runner.run(v.engine, todo, v.settings, on_record)
+    finally:
+        if v.load is not None:
+            v.load.stop()
     v.busy_s += time.time() - t0
 
 

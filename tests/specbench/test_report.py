@@ -34,7 +34,8 @@ def run_dirs(synth):
     van = synth.run("van-c1", [
         rec("q1", [step(0, 0)] * 9, category="text-to-image", method="vanilla", t_start=0.0),
         rec("q2", [step(0, 0)] * 9, category="text-to-video", method="vanilla", t_start=1.0),
-    ], compare_id="cmp1", command=compare)
+    ], compare_id="cmp1", command=compare,
+        machine_load={"foreign_cpu_share": 0.2, "steal_share": 0.01, "wall_s": 2.0, "cpus": 2})
     ngram = synth.run("ng-c1", [
         rec("q1", [step(3, 3), step(1, 3), step(0, 3), step(2, 3)], category="text-to-image", t_start=10.0,
             latency=0.5),
@@ -106,6 +107,7 @@ def test_leaderboard_tables_and_numbers(run_dirs, tmp_path):
     runs = {r["run"]: r for r in tables[("Runs", "Runs")]}
     assert (runs["ng-c1"]["vanilla baseline"], runs["ng-c8"]["vanilla baseline"], runs["fw-ng"]["vanilla baseline"]) \
         == ("van-c1", "van-c8", "—")
+    assert (runs["van-c1"]["CPU taken by others"], runs["ng-c1"]["CPU taken by others"]) == ("21%", "—")
     assert "```\nspecbench run --method ngram --budget 4 --dataset fireworks\n```" in md
     assert "- **device**: cpu; cuda:0 (NVIDIA H200)" in md
     assert "- **dtype**: float32; bfloat16" in md
