@@ -86,12 +86,14 @@ class LoadMeter:
                 "foreign_cpu_s": round(self.foreign_s, 3), "steal_s": round(self.steal_s, 3), "cpus": self.cpus}
 
 
+def others_share(shares: dict[str, float]) -> float:
+    """What other processes and other guests took together, as a share of the machine's CPU."""
+    return shares["foreign_cpu_share"] + shares["steal_share"]
+
+
 def warning(label: str, shares: dict[str, float] | None) -> str | None:
     """A line for the user when other processes or guests took enough CPU to skew this variant's speed."""
-    if shares is None:
-        return None
-    other = shares["foreign_cpu_share"] + shares["steal_share"]
-    if other <= WARN_SHARE:
+    if shares is None or others_share(shares) <= WARN_SHARE:
         return None
     return (f"warning: while {label} ran, other processes took {shares['foreign_cpu_share']:.0%} of the CPU and "
             f"other guests {shares['steal_share']:.0%} (manifest.json: machine_load); its speed is not comparable "

@@ -15,6 +15,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from specbench.analysis.metrics import speedups, summarize_run
 from specbench.analysis.plots import Plot, all_plots
+from specbench.machine_load import others_share
 
 Summary = dict[str, Any]
 
@@ -148,7 +149,7 @@ def _others_cpu(load: dict[str, Any] | None) -> str:
     a run of the in-process engine on a quiet machine shows 0%."""
     if not load:
         return "—"
-    return f"{load['foreign_cpu_share'] + load['steal_share']:.0%}"
+    return f"{others_share(load):.0%}"
 
 
 def _environment(summaries: list[Summary]) -> list[tuple[str, str]]:

@@ -136,6 +136,7 @@ class RunDir:
             raise SpecbenchError(f"{path} already holds records: pass --resume to continue it, or another --out")
         path.mkdir(parents=True, exist_ok=True)
         (path / MANIFEST_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        self.meta = meta
         done = set(iter_finished_ids(path))
         self.todo = {i for i in all_ids if i not in done}
         if resume:
@@ -183,7 +184,7 @@ def execute(runner: ReferenceRunner, job: Job, variants_settings: list[Settings]
         meta = manifest(path.name, job, settings, runner, engine.proposer.config(), len(ids), compare_id)
         run_dir = RunDir(path, meta, resume, ids)
         # a server engine's own work is another process's CPU by construction: nothing to tell apart there
-        load = LoadMeter.resumed(read_manifest(path).get("machine_load")) if job.engine == "reference" else None
+        load = LoadMeter.resumed(run_dir.meta.get("machine_load")) if job.engine == "reference" else None
         variants.append(Variant(settings, run_dir, engine, load=load))
         _engine_hook(runner, "start", engine, path)
     if getattr(runner, "sequential_variants", False):
@@ -219,16 +220,17 @@ def _save_load(v: Variant) -> None:
         return
     path = v.dir.path / MANIFEST_FILE
     path.write_text(json.dumps({**read_manifest(v.dir.path), "machine_load": shares}, indent=2) + "\n")
-    line = warning(f"{v.settings.method} L={v.settings.budget} C={v.settings.concurrency}", shares)
+    line = warning(_variant_label(v.settings), shares)
     if line:
         print(line, file=sys.stderr)
 
 
+def _variant_label(s: Settings) -> str:
+    return f"{s.method} L={s.budget} C={s.concurrency}"
+
+
 def _label(variants: list[Variant]) -> str:
-    if len(variants) == 1:
-        s = variants[0].settings
-        return f"{s.method} L={s.budget} C={s.concurrency}"
-    return f"{len(variants)} variants"
+    return _variant_label(variants[0].settings) if len(variants) == 1 else f"{len(variants)} variants"
 
 
 def _run_block(runner: ReferenceRunner, v: Variant, todo: list, bar: Progress, task: Any) -> None:
@@ -239,8 +241,7 @@ def _run_block(runner: ReferenceRunner, v: Variant, todo: list, bar: Progress, t
         v.dir.todo.discard(rec["question_id"])
         v.tokens += len(rec["output_token_ids"])
         rate = v.tokens / max(v.busy_s + time.time() - t0, 1e-9)
-        bar.update(task, advance=1, tok_s=rate, description=f"{v.settings.method} L={v.settings.budget} "
-                   f"C={v.settings.concurrency}")
+        bar.update(task, advance=1, tok_s=rate, description=_variant_label(v.settings))
 
     if v.load is not None:
         v.load.start()
