@@ -7,7 +7,8 @@ import sys
 import typer
 from rich.console import Console
 
-from specbench import ablate_cli, calibrate_cli, data_cli, engines_cli, report_cli, run_cli, serve_cli, train_cli
+from specbench import (ablate_cli, calibrate_cli, data_cli, datastore_cli, engines_cli, report_cli, run_cli, serve_cli,
+                       train_cli)
 from specbench.errors import SpecbenchError
 
 app = typer.Typer(
@@ -24,6 +25,7 @@ report_cli.register(app)
 calibrate_cli.register(app)
 ablate_cli.register(app)
 train_cli.register(app)
+datastore_cli.register(app)
 serve_cli.register(app)
 engines_cli.register(app)
 

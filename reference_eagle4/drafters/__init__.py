@@ -10,6 +10,7 @@ SHIPPED = Path(__file__).parent
 DEFAULT_EAGLE4 = {"smollm2-135m": SHIPPED / "smollm2-135m-eagle4"}
 DEFAULT_DFLASH = {"smollm2-135m": SHIPPED / "smollm2-135m-dflash"}
 DEFAULT_DSPARK = {"smollm2-135m": SHIPPED / "smollm2-135m-dspark"}
+DEFAULT_DATASTORE = {"smollm2-135m": SHIPPED / "smollm2-135m-datastore"}   # retrieval corpus, not a network
 
-__all__ = ["DEFAULT_DFLASH", "DEFAULT_DSPARK", "DEFAULT_EAGLE4", "DFlashConfig", "DFlashDrafter", "Eagle4Config",
+__all__ = ["DEFAULT_DATASTORE", "DEFAULT_DFLASH", "DEFAULT_DSPARK", "DEFAULT_EAGLE4", "DFlashConfig", "DFlashDrafter", "Eagle4Config",
            "Eagle4Drafter", "load_dflash", "load_drafter"]

@@ -7,16 +7,20 @@ verifies (the budget L only caps it; `--option per_sequence=on` lets confident s
 more than unsure ones). Wide and deep at C = 1, narrow, a chain or plain decoding at large
 batch, by measurement rather than by hand-set constants.
 
-Prompt lookup joins the candidates (`lookup`, on by default): the continuation of the context's longest
-earlier match is merged into the drafter's tree as one more branch (a node the drafter also proposed keeps
-the higher of the two probabilities), each lookup draft priced by the acceptance the run has measured for
-lookup drafts at that depth and match length. The planner then ranks drafter and lookup nodes alike.
-Prompt-enhancement answers copy whole phrases from the user's prompt, which a one-layer drafter predicts
-poorly and a lookup predicts well; where lookups miss, their measured rate falls and the planner drops them.
+Retrieval drafts join the candidates, each merged into the drafter's tree as one more branch (a node the
+drafter also proposed keeps the higher of the two probabilities) and priced by the acceptance the run has
+measured for its source at that depth and match length; the planner then ranks drafter and retrieved
+nodes alike. Two sources: prompt lookup (`lookup`, on by default), the continuation of the context's
+longest earlier match, since prompt-enhancement answers copy whole phrases from the user's prompt, which a
+one-layer drafter predicts poorly; and the datastore (`datastore`, the one shipped for the default target
+unless `off` or another folder), the majority continuation of the context's longest suffix among the
+target's own responses to training prompts, since a small target repeats its stock phrases across
+prompts. Where a source misses, its measured rate falls and the planner drops its drafts.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,10 +28,15 @@ import torch
 from torch import Tensor
 
 from reference_eagle4.calibration import CostTable, table_for
+from reference_eagle4.datastore import Datastore
+from reference_eagle4.drafters import DEFAULT_DATASTORE
 from reference_eagle4.harness import TreePlanner
 from reference_eagle4.proposers.base import flag_option, register
 from reference_eagle4.proposers.eagle4 import Eagle4Proposer
 from reference_eagle4.proposers.ngram import LookupAcceptance, lookup
+from reference_eagle4.weights import sha256_file
+
+Draft = tuple[str, int, list[int]]   # (source: "context" or "datastore", suffix match length, draft tokens)
 
 if TYPE_CHECKING:
     from reference_eagle4.engine import Sequence
@@ -37,21 +46,29 @@ if TYPE_CHECKING:
 
 
 @register("eagle4-harness",
-          "EAGLE-4 drafter + prompt lookup, cost-aware dynamic tree sized from the calibrated cost table")
+          "EAGLE-4 drafter + prompt lookup + datastore retrieval, cost-aware dynamic tree sized from the "
+          "calibrated cost table")
 class Eagle4Harness(Eagle4Proposer):
     default_top_k = 8
 
     def __init__(self, budget: int, table: CostTable | str | None = None, lookup: Any = True,
-                 lookup_max_n: int = 3, per_sequence: Any = False, **options: Any) -> None:
+                 lookup_max_n: int = 3, datastore: str | None = None, per_sequence: Any = False,
+                 **options: Any) -> None:
         options.setdefault("depth", max(budget - 1, 1))
         super().__init__(budget, **options)
         self.lookup = flag_option(lookup)
         self.per_sequence = flag_option(per_sequence)   # on: tree sizes per sequence (see harness.py)
         self.lookup_max_n = int(lookup_max_n)
-        self.lookup_acceptance = LookupAcceptance(self.lookup_max_n, max(budget - 1, 1))
-        self._step_drafts: list[tuple[int, list[int]] | None] = []  # (match length, lookup draft) per sequence
-        self._drafts: dict[int, tuple[int, list[int]]] = {}        # the same by id(seq), for `accepted`
-        self._lookup_logp: Tensor | None = None                    # [B, m] their nodes' log-probabilities
+        self._datastore_given = False
+        self.datastore_path, self.datastore = self._load_datastore(datastore)
+        depth = max(budget - 1, 1)
+        # measured acceptance per draft source: drafts from the context and from the datastore differ
+        self.acceptance = {"context": LookupAcceptance(self.lookup_max_n, depth)}
+        if self.datastore is not None:
+            self.acceptance["datastore"] = LookupAcceptance(self.datastore.max_n, depth)
+        self._step_drafts: list[list[Draft]] = []     # this step's retrieval drafts, per sequence
+        self._drafts: dict[int, list[Draft]] = {}      # the same by id(seq), for `accepted`
+        self._lookup_logp: Tensor | None = None        # [B, m] their nodes' log-probabilities, drafts end to end
         self.table = CostTable.load(table) if isinstance(table, str) else table
         self.table_source = "given" if table is not None else ""
         self._planner: TreePlanner | None = None
@@ -59,8 +76,25 @@ class Eagle4Harness(Eagle4Proposer):
         self._spent_ms = 0.0          # drafting time spent in the current step
         self._levels = 0
 
+    def _load_datastore(self, option: str | None) -> tuple[Path | None, Datastore | None]:
+        """The `datastore` option: a folder, `off`, or unset for the one shipped for the default target
+        (used when the target's vocabulary is the one it was built with; see `bind`)."""
+        if option is not None and not flag_option(option):
+            return None, None
+        self._datastore_given = option is not None
+        folder = Path(option) if option is not None else DEFAULT_DATASTORE["smollm2-135m"]
+        if option is None and not (folder / "config.json").exists():
+            return None, None
+        return folder, Datastore.load(folder)
+
     def bind(self, target: "Transformer") -> None:
         super().bind(target)
+        if self.datastore is not None and self.datastore.vocab_size != target.args.vocab_size:
+            if self._datastore_given:
+                raise ValueError(f"datastore {self.datastore_path} was built for a vocabulary of "
+                                 f"{self.datastore.vocab_size} tokens, the target has {target.args.vocab_size}")
+            self.datastore_path = self.datastore = None      # the shipped one belongs to another tokenizer
+            self.acceptance.pop("datastore")
         if self.table is not None:
             return
         self.table, self.table_source = table_for(target, "eagle4-harness")
@@ -69,13 +103,16 @@ class Eagle4Harness(Eagle4Proposer):
         return {**super().config(), "cost_table": self.table_source,
                 "cost_table_key": self.table.key if self.table else None,
                 "lookup": self.lookup, "lookup_max_n": self.lookup_max_n if self.lookup else None,
+                "datastore": str(self.datastore_path) if self.datastore_path else None,
+                "datastore_sha256": sha256_file(self.datastore_path / "tokens.npy") if self.datastore_path else None,
                 "per_sequence": self.per_sequence}
 
     def propose(self, seqs: list["Sequence"]) -> list["DraftTree"]:  # type: ignore[override]
         assert self.table is not None, "bind() the proposer to a target first"
         self._planner = TreePlanner(self.table, self.budget, len(seqs), max(len(s.tokens) for s in seqs))
         self._spent_ms, self._levels = 0.0, 0
-        self._lookup_logp = self._lookup_drafts(seqs) if self.lookup and self.budget > 1 else None
+        retrieve = (self.lookup or self.datastore is not None) and self.budget > 1
+        self._lookup_logp = self._lookup_drafts(seqs) if retrieve else None
         trees = super().propose(seqs)
         for tree in trees:
             tree.info = {"levels": self._levels}
@@ -83,28 +120,41 @@ class Eagle4Harness(Eagle4Proposer):
 
     def accepted(self, seq: "Sequence", path: list[int], hidden: list[Tensor]) -> None:
         super().accepted(seq, path, hidden)
-        found = self._drafts.pop(id(seq), None)
-        if found is not None:
-            self.lookup_acceptance.observe(found[0], found[1], seq.tokens[-len(path):])
+        for source, n, draft in self._drafts.pop(id(seq), []):
+            self.acceptance[source].observe(n, draft, seq.tokens[-len(path):])
+
+    def _retrieve(self, history: np.ndarray, length: int) -> list[Draft]:
+        """The continuation of the context's longest earlier match and the datastore's majority continuation
+        of the longest suffix it holds, when it differs."""
+        found: list[Draft] = []
+        if self.lookup:
+            n, conts = lookup(history, self.lookup_max_n, 1, length, 1)
+            if conts:
+                found.append(("context", n, conts[0]))
+        if self.datastore is not None:
+            n, draft = self.datastore.draft(history, length)
+            if draft and all(draft != f[2][: len(draft)] for f in found):
+                found.append(("datastore", n, draft))
+        return found
 
     def _lookup_drafts(self, seqs: list["Sequence"]) -> Tensor:
-        """Each sequence's lookup draft (kept for `accepted`) and its nodes' log-probabilities [B, m]."""
-        self._step_drafts = []
-        for s in seqs:
-            n, conts = lookup(np.asarray(s.tokens), self.lookup_max_n, 1, self.budget - 1, 1)
-            self._step_drafts.append((n, conts[0]) if conts else None)
+        """Each sequence's retrieval drafts (kept for `accepted`) and their nodes' log-probabilities [B, m],
+        each sequence's drafts end to end."""
+        self._step_drafts = [self._retrieve(np.asarray(s.tokens), self.budget - 1) for s in seqs]
         # every live sequence takes part in every step, so this step's drafts replace the last step's
-        self._drafts = {id(s): f for s, f in zip(seqs, self._step_drafts) if f is not None}
-        m = max((len(f[1]) for f in self._drafts.values()), default=0)
+        self._drafts = {id(s): f for s, f in zip(seqs, self._step_drafts) if f}
+        m = max((sum(len(d[2]) for d in f) for f in self._step_drafts), default=0)
         out = np.full((len(seqs), m), -np.inf)
-        for b, f in enumerate(self._step_drafts):
-            if f is not None:
-                out[b, : len(f[1])] = np.log(self.lookup_acceptance.path_probs(f[0], len(f[1])))
+        for b, found in enumerate(self._step_drafts):
+            at = 0
+            for source, n, draft in found:
+                out[b, at: at + len(draft)] = np.log(self.acceptance[source].path_probs(n, len(draft)))
+                at += len(draft)
         return torch.from_numpy(out).float()
 
     def _candidates(self, scores: Tensor, tokens: Tensor, parents: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Merge each sequence's lookup draft into its drafter tree: follow the draft down the drafter's
-        records while they agree (raising a shared node to the lookup's probability when that is higher),
+        """Merge each sequence's retrieval drafts into its drafter tree: follow a draft down the existing
+        records while they agree (raising a shared node to the draft's probability when that is higher),
         then append the rest as new records."""
         if self._lookup_logp is None or self._lookup_logp.shape[1] == 0:
             return scores, tokens, parents
@@ -115,17 +165,18 @@ class Eagle4Harness(Eagle4Proposer):
         p_np = torch.cat([parents, parents.new_full((B, m), -1)], 1).cpu().numpy()
         lp = self._lookup_logp.numpy()
         for b, found in enumerate(self._step_drafts):
-            if found is None:
-                continue
-            node, new = -1, N
-            for d, tok in enumerate(found[1]):
-                hit = np.flatnonzero((p_np[b, :N] == node) & (t_np[b, :N] == tok)) if node < N else ()
-                if len(hit):
-                    node = int(hit[0])
-                    s_np[b, node] = max(s_np[b, node], lp[b, d])
-                else:
-                    s_np[b, new], t_np[b, new], p_np[b, new] = lp[b, d], tok, node
-                    node, new = new, new + 1
+            new = at = N
+            for _, _, draft in found:
+                node = -1
+                for tok in draft:
+                    hit = np.flatnonzero((p_np[b, :new] == node) & (t_np[b, :new] == tok))
+                    if len(hit):
+                        node = int(hit[0])
+                        s_np[b, node] = max(s_np[b, node], lp[b, at - N])
+                    else:
+                        s_np[b, new], t_np[b, new], p_np[b, new] = lp[b, at - N], tok, node
+                        node, new = new, new + 1
+                    at += 1
         dev = scores.device
         return (torch.from_numpy(s_np).to(dev, scores.dtype), torch.from_numpy(t_np).to(dev),
                 torch.from_numpy(p_np).to(dev))

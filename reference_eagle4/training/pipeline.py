@@ -5,7 +5,8 @@ features.pt (rows regeneration appended are computed and merged), train.log, sta
 stage, summed over resumed runs), and per drafter kind <kind>/ckpt.pt (every few minutes) and
 <kind>/drafter/ (the fp16 export: config.json, model.safetensors without the target's embedding or
 lm_head, README.md model card). The kinds share the regenerated data and the features: training
-dflash after eagle4 in the same folder costs only its own training time.
+dflash after eagle4 in the same folder costs only its own training time. `build_datastore` indexes the
+same regen.jsonl for retrieval drafting (reference_eagle4/datastore.py) into datastore/.
 """
 
 from __future__ import annotations
@@ -51,6 +52,98 @@ def _save_state(path: Path, st: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
+def _open_folder(out: Path, pool_path: str | Path | None, target: str,
+                 threads: int | None) -> tuple[Path, Path, Path, dict[str, Any]]:
+    """(pool, target folder, state path, state) for a pipeline working in `out`."""
+    from reference_eagle4.weights import resolve_target
+
+    if threads:
+        torch.set_num_threads(threads)
+    st_path = out / "state.json"
+    return Path(pool_path) if pool_path else DEFAULT_POOL, resolve_target(target), st_path, _state(st_path)
+
+
+def _regenerate(out: Path, pool: Path, folder: Path, chat: Chat | None, st: dict[str, Any], st_path: Path,
+                say: Callable[[str], None], *, minutes: float | None, max_new_tokens: int, concurrency: int,
+                seed: int, limit: int | None, method: str) -> None:
+    """The shared first stage: append the target's greedy responses to out/regen.jsonl, time it in state."""
+    from reference_eagle4.training.regenerate import regenerate
+
+    if chat is None:
+        raise ValueError("regeneration needs chat(row) -> messages (specbench train passes the benchmarks' own)")
+    t0 = time.time()
+    regenerate(pool, out / "regen.jsonl", folder, chat, max_new_tokens=max_new_tokens, concurrency=concurrency,
+               seed=seed, limit=limit, minutes=minutes, method=method, budget=1 if method == "vanilla" else 8,
+               log=say)
+    st["seconds"]["regen"] = st["seconds"].get("regen", 0.0) + time.time() - t0
+    _save_state(st_path, st)
+
+
+def build_datastore(out_dir: str | Path = "runs/train", dest: str | Path | None = None,
+                    pool_path: str | Path | None = None, target: str = "smollm2-135m", chat: Chat | None = None,
+                    minutes: float | None = None, max_new_tokens: int = 160, concurrency: int = 8,
+                    threads: int | None = 2, regen_method: str = "ngram", seed: int = 0,
+                    echo: bool = True) -> Path:
+    """Regenerate the pool's responses (the same out_dir/regen.jsonl the drafters train on; resumed, at most
+    `minutes` more of it, None: the whole pool; 0: none) and index them as a retrieval datastore in `dest`
+    (default out_dir/datastore) with a card naming the data behind it."""
+    from reference_eagle4.datastore import Datastore
+    from reference_eagle4.training.regenerate import load_pool
+    from reference_eagle4.weights import sha256_file, weights_sha256
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    dest = Path(dest) if dest else out / "datastore"
+    say = _Log(out / "train.log", echo)
+    pool, folder, st_path, st = _open_folder(out, pool_path, target, threads)
+    if minutes is None or minutes > 0:
+        _regenerate(out, pool, folder, chat, st, st_path, say, minutes=minutes, max_new_tokens=max_new_tokens,
+                    concurrency=concurrency, seed=seed, limit=None, method=regen_method)
+    regen = out / "regen.jsonl"
+    if not regen.exists():
+        raise FileNotFoundError(f"{regen}: no regenerated responses to index (run with --minutes > 0)")
+    rows, cut = [], 0
+    for line in regen.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            cut += 1              # a line an interruption cut short: regeneration redoes that request
+    if cut:
+        say(f"datastore: {cut} unfinished line(s) in {regen} left out (a rerun with --minutes > 0 redoes them)")
+    vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
+    store = Datastore.from_responses([r["output_ids"] for r in rows], vocab)
+    cats: dict[str, int] = {}
+    for r in rows:
+        cats[r["category"]] = cats.get(r["category"], 0) + 1
+    info = {"target": target, "target_weights_sha256": weights_sha256(folder), "pool": pool.name,
+            "pool_rows": len(load_pool(pool)), "rows": len(rows), "categories": cats,
+            "regen": {"max_new_tokens": max_new_tokens, "decoding": f"greedy ({regen_method})",
+                      "seconds": round(st["seconds"].get("regen", 0.0))}}
+    store.save(dest, info)
+    sha = sha256_file(dest / "tokens.npy")
+    (dest / "README.md").write_text(datastore_card(store, info, sha))
+    say(f"datastore: {dest} ({len(store)} tokens from {len(rows)} responses)")
+    return dest
+
+
+def datastore_card(store, info: dict[str, Any], sha: str) -> str:
+    cats = ", ".join(f"{k} {v}" for k, v in sorted(info["categories"].items()))
+    return "\n".join([
+        f"# Retrieval datastore for {info['target']}", "",
+        "The target's own greedy responses to training-pool prompts (disjoint from the benchmark sets), indexed "
+        "for retrieval drafting: `eagle4-harness` drafts the continuation that most often followed the longest "
+        f"suffix ({store.min_n} to {store.max_n} tokens) of the context here, as one more branch of its tree, "
+        "priced by the acceptance the run measures for it (`--option datastore=off` leaves it out).", "",
+        "| | |", "|---|---|",
+        f"| target | {info['target']} (weights sha256 `{info['target_weights_sha256'][:16]}…`) |",
+        f"| data | {info['rows']} of the {info['pool_rows']} prompts of `{info['pool']}` ({cats}), responses "
+        f"regenerated {info['regen']['decoding']} by the target, ≤ {info['regen']['max_new_tokens']} new tokens |",
+        f"| tokens | {len(store)} |",
+        f"| tokens.npy sha256 | `{sha}` |",
+        f"| regeneration time | {info['regen']['seconds'] / 60:.0f} min on a 2-core CPU |",
+        "", "Rebuild it with `specbench datastore` (BENCHMARKS.md gives the command that built this one).", ""])
+
+
 def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train",
                   pool_path: str | Path | None = None, target: str = "smollm2-135m", chat: Chat | None = None,
                   minutes: float | None = 90.0, steps: int | None = None, seed: int = 0, resume: bool = True,
@@ -74,9 +167,8 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train",
     from reference_eagle4.device import auto_dtype
     from reference_eagle4.model import load_transformer
     from reference_eagle4.training.features import build_features
-    from reference_eagle4.training.regenerate import regenerate
     from reference_eagle4.training.train import train
-    from reference_eagle4.weights import resolve_target, sha256_file, weights_sha256
+    from reference_eagle4.weights import sha256_file, weights_sha256
 
     out = Path(out_dir)
     (out / kind).mkdir(parents=True, exist_ok=True)
@@ -84,12 +176,7 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train",
         for name in ("regen.jsonl", "features.pt", f"{kind}/ckpt.pt", "state.json"):
             (out / name).unlink(missing_ok=True)
     say = log or _Log(out / "train.log", echo)
-    if threads:
-        torch.set_num_threads(threads)
-    pool = Path(pool_path) if pool_path else DEFAULT_POOL
-    folder = resolve_target(target)
-    st_path = out / "state.json"
-    st = _state(st_path)
+    pool, folder, st_path, st = _open_folder(out, pool_path, target, threads)
     secs = st["seconds"]
     say(f"pipeline: {kind} for {target} ({folder}), pool {pool}, budget {minutes} min, steps {steps}, seed {seed}")
 
@@ -98,14 +185,8 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train",
         regen_minutes = (minutes or 90.0) / 3
     left = regen_minutes - secs.get("regen", 0.0) / 60
     if left > 0.05:
-        if chat is None:
-            raise ValueError("regeneration needs chat(row) -> messages (specbench train passes the benchmarks' own)")
-        t0 = time.time()
-        regenerate(pool, out / "regen.jsonl", folder, chat, max_new_tokens=max_new_tokens, concurrency=concurrency,
-                   seed=seed, limit=regen_limit, minutes=left, method=regen_method,
-                   budget=1 if regen_method == "vanilla" else 8, log=say)
-        secs["regen"] = secs.get("regen", 0.0) + time.time() - t0
-        _save_state(st_path, st)
+        _regenerate(out, pool, folder, chat, st, st_path, say, minutes=left, max_new_tokens=max_new_tokens,
+                    concurrency=concurrency, seed=seed, limit=regen_limit, method=regen_method)
 
     # 2. teacher-forced features
     t0 = time.time()

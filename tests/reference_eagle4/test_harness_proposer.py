@@ -88,3 +88,34 @@ def test_lookup_drafts_lift_acceptance_and_stay_lossless_when_the_drafter_is_poo
         assert out == base
         al[on] = sum(st["emitted"] for st in steps) / len(steps)
     assert al[True] > al[False] + 0.5
+
+
+@pytest.mark.parametrize("C", [1, 3])
+def test_datastore_drafts_from_other_responses_lift_acceptance_and_stay_lossless(bigram, C, tmp_path):
+    """Responses to *other* prompts, indexed, draft the bigram target's recurring runs: with the datastore
+    (and prompt lookup off, so it alone retrieves) the harness emits more per step and still equals vanilla."""
+    from reference_eagle4.datastore import Datastore
+
+    t, reqs = bigram
+    corpus, _ = run(t, reqs[4:], "vanilla", 1, max_new_tokens=64)
+    Datastore.from_responses(list(corpus.values()), vocab_size=256).save(tmp_path / "ds", {})
+    base, _ = run(t, reqs[:4], "vanilla", 1, max_new_tokens=64)
+    al = {}
+    for ds in ("off", str(tmp_path / "ds")):
+        out, steps = run(t, reqs[:4], "eagle4-harness", C, drafter=tiny_drafter(t), max_new_tokens=64,
+                         table=table(0.5), lookup="off", datastore=ds)
+        assert out == base
+        al[ds] = sum(st["emitted"] for st in steps) / len(steps)
+    assert al[str(tmp_path / "ds")] > al["off"] + 0.3
+
+
+def test_a_datastore_of_another_vocabulary_is_refused_when_given_and_left_out_by_default(bigram, tmp_path):
+    from reference_eagle4.datastore import Datastore
+
+    t, reqs = bigram
+    Datastore.from_responses([[1, 2, 3]], vocab_size=49152).save(tmp_path / "ds", {})
+    with pytest.raises(ValueError, match="vocabulary of 49152 tokens, the target has 256"):
+        run(t, reqs[:1], "eagle4-harness", 1, table=table(0.5), datastore=str(tmp_path / "ds"))
+    p = PROPOSERS["eagle4-harness"](budget=16, drafter=bigram_drafter(t), table=table(0.5))
+    p.bind(t)
+    assert p.config()["datastore"] is None        # the shipped one is for the default target's tokenizer

@@ -1,0 +1,127 @@
+"""A datastore of the target's own responses, for retrieval drafting (REST, He et al. 2023).
+
+Prompt lookup finds continuations only in the current context. Responses to *other* prompts of the same
+kind share phrasing too ("cinematic lighting", "the camera slowly pans"), and a small target repeats its
+own stock phrases, so the longest suffix of the context that occurs in a corpus of the target's greedy
+responses proposes what most often followed it there. The corpus is built from responses to the training
+pool (disjoint from the benchmark sets), so a benchmark prompt never retrieves its own answer.
+
+Storage is one token array (uint16 on disk where the vocabulary fits, else uint32) with a boundary marker
+between responses; the index (hashes of every n-gram, sorted, per n) is built when it is loaded, in well
+under a second for a few hundred thousand tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+BOUNDARY = -1            # between responses: no n-gram and no continuation crosses it
+_MUL = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _hashes(tokens: np.ndarray, n: int) -> np.ndarray:
+    """Polynomial hash of every n-gram tokens[i:i+n] (uint64, wrapping); [len - n + 1]."""
+    h = np.zeros(len(tokens) - n + 1, dtype=np.uint64)
+    t = tokens.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(n):
+            h = h * _MUL + t[j: len(tokens) - n + 1 + j] + np.uint64(1)
+    return h
+
+
+class Datastore:
+    """Longest-suffix retrieval over a token corpus; `draft` returns the majority continuation."""
+
+    def __init__(self, tokens: np.ndarray, vocab_size: int, max_n: int = 6, min_n: int = 2,
+                 max_matches: int = 256) -> None:
+        """tokens: responses one after another, each followed by BOUNDARY; vocab_size: the tokenizer's, so a
+        target of another tokenizer is refused rather than fed foreign ids."""
+        self.tokens = np.asarray(tokens, dtype=np.int64)
+        if self.tokens.max(initial=0) >= vocab_size:
+            raise ValueError(f"token id {self.tokens.max()} is outside the vocabulary of {vocab_size}")
+        self.vocab_size = vocab_size
+        self.max_n, self.min_n, self.max_matches = max_n, min_n, max_matches
+        self._keys: dict[int, np.ndarray] = {}
+        self._starts: dict[int, np.ndarray] = {}
+        bad = np.cumsum(self.tokens == BOUNDARY)            # boundaries up to and including each position
+        for n in range(min_n, max_n + 1):
+            if len(self.tokens) <= n:
+                continue
+            h = _hashes(self.tokens, n)[:-1]                  # each n-gram with a token after it
+            starts = np.arange(len(h))
+            # the n-gram and the token after it lie inside one response
+            before = np.concatenate([[0], bad])[starts]
+            clean = (bad[starts + n] - before) == 0
+            order = np.argsort(h[clean], kind="stable")
+            self._keys[n], self._starts[n] = h[clean][order], starts[clean][order]
+
+    @classmethod
+    def from_responses(cls, responses: Iterable[list[int]], vocab_size: int, **options: int) -> "Datastore":
+        parts: list[int] = []
+        for r in responses:
+            parts.extend(r)
+            parts.append(BOUNDARY)
+        return cls(np.asarray(parts, dtype=np.int64), vocab_size, **options)
+
+    def __len__(self) -> int:
+        return int((self.tokens != BOUNDARY).sum())
+
+    def draft(self, history: np.ndarray, length: int) -> tuple[int, list[int]]:
+        """(n, tokens): the longest suffix of `history` (max_n down to min_n) found in the corpus, and the
+        continuation that most of its occurrences share, token by token; (0, []) without a match."""
+        for n in range(min(self.max_n, len(history)), self.min_n - 1, -1):
+            keys = self._keys.get(n)
+            if keys is None:
+                continue
+            key = _hashes(np.asarray(history[-n:], dtype=np.int64), n)[0]
+            lo, hi = np.searchsorted(keys, key, "left"), np.searchsorted(keys, key, "right")
+            if lo == hi:
+                continue
+            starts = self._starts[n][lo: min(hi, lo + self.max_matches)]
+            suffix = np.asarray(history[-n:], dtype=np.int64)
+            starts = starts[(self.tokens[starts[:, None] + np.arange(n)] == suffix).all(1)]   # no hash collision
+            if len(starts):
+                return n, self._majority(starts + n, length)
+        return 0, []
+
+    def _majority(self, pos: np.ndarray, length: int) -> list[int]:
+        out: list[int] = []
+        for _ in range(length):
+            pos = pos[pos < len(self.tokens)]
+            toks = self.tokens[pos]
+            toks, pos = toks[toks != BOUNDARY], pos[toks != BOUNDARY]
+            if not len(toks):
+                break
+            values, counts = np.unique(toks, return_counts=True)
+            best = values[np.argmax(counts)]
+            out.append(int(best))
+            pos = pos[toks == best] + 1
+        return out
+
+    def save(self, folder: str | Path, info: dict) -> Path:
+        """tokens.npy (uint16 when the ids fit, BOUNDARY stored as the dtype's max) and config.json."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        dtype = np.uint16 if self.vocab_size < np.iinfo(np.uint16).max else np.uint32
+        stored = np.where(self.tokens == BOUNDARY, np.iinfo(dtype).max, self.tokens).astype(dtype)
+        np.save(folder / "tokens.npy", stored)
+        (folder / "config.json").write_text(json.dumps(
+            {"model_type": "datastore", "vocab_size": self.vocab_size, "max_n": self.max_n, "min_n": self.min_n,
+             "max_matches": self.max_matches, "tokens": len(self), **info}, indent=2) + "\n")
+        return folder
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "Datastore":
+        folder = Path(folder)
+        cfg_path = folder / "config.json"
+        if not cfg_path.exists():
+            raise FileNotFoundError(f"no datastore at {folder} (build one with `specbench datastore`)")
+        cfg = json.loads(cfg_path.read_text())
+        stored = np.load(folder / "tokens.npy")
+        marker = np.iinfo(stored.dtype).max
+        tokens = np.where(stored == marker, BOUNDARY, stored.astype(np.int64))
+        return cls(tokens, cfg["vocab_size"], max_n=cfg["max_n"], min_n=cfg["min_n"], max_matches=cfg["max_matches"])

@@ -1,0 +1,58 @@
+"""`python -m reference_eagle4.step_profile`: what a verification step pays for its extra tokens, by operator.
+
+Speculation pays only while verifying T tokens costs little more than decoding one, so the part of a
+forward that grows with T is the part to optimise. This runs the target's exact (decode/verification)
+forward on the default target at one context length, for 1 token and for T tokens, interleaved, under
+torch.profiler, and prints the operators whose self time grows most from 1 to T tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from reference_eagle4.device import resolve_dtype
+from reference_eagle4.model import load_transformer, pack_linears
+from reference_eagle4.weights import resolve_target
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default="smollm2-135m", help="Known target name, a .gguf file or a HF folder.")
+    ap.add_argument("--dtype", default="auto", help="auto, float32 or bfloat16.")
+    ap.add_argument("--tokens", type=int, default=12, help="Tokens of the step compared with a 1-token step.")
+    ap.add_argument("--context", type=int, default=350, help="Cached tokens before the step.")
+    ap.add_argument("--repeats", type=int, default=20, help="Forwards profiled per step size and round.")
+    ap.add_argument("--rows", type=int, default=12, help="Operators shown.")
+    args = ap.parse_args()
+    model = pack_linears(load_transformer(resolve_target(args.target), resolve_dtype(args.dtype)))
+    cache = model.new_cache(1, args.context + args.tokens)
+    vocab = model.args.vocab_size
+    self_ms: dict[int, dict[str, float]] = {1: {}, args.tokens: {}}
+    with torch.inference_mode():
+        model(torch.randint(0, vocab, (1, args.context)), cache, exact=False)
+        cache.keep(0, torch.arange(args.context))
+        for _ in range(2):                       # two interleaved rounds, so drift touches both sizes alike
+            for T in self_ms:
+                ids = torch.randint(0, vocab, (1, T))
+                for _ in range(3):
+                    model(ids, cache)
+                with profile(activities=[ProfilerActivity.CPU]) as prof:
+                    for _ in range(args.repeats):
+                        model(ids, cache)
+                for e in prof.key_averages():
+                    per = e.self_cpu_time_total / 1000 / args.repeats / 2
+                    self_ms[T][e.key] = self_ms[T].get(e.key, 0.0) + per
+    one, many = self_ms[1], self_ms[args.tokens]
+    print(f"self time per forward at context {args.context}: 1 token {sum(one.values()):.2f} ms, "
+          f"{args.tokens} tokens {sum(many.values()):.2f} ms")
+    print(f"| operator | 1 token ms | {args.tokens} tokens ms | growth ms |\n|---|---|---|---|")
+    for key in sorted(set(one) | set(many), key=lambda k: one.get(k, 0.0) - many.get(k, 0.0))[: args.rows]:
+        a, b = one.get(key, 0.0), many.get(key, 0.0)
+        print(f"| {key} | {a:.2f} | {b:.2f} | {b - a:+.2f} |")
+
+
+if __name__ == "__main__":
+    main()
