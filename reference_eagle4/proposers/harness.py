@@ -77,10 +77,12 @@ class Eagle4Harness(Eagle4Proposer):
         self._levels = 0
 
     def _load_datastore(self, option: str | None) -> tuple[Path | None, Datastore | None]:
-        """The `datastore` option: a folder, `off`, or unset for the one shipped for the default target
-        (used when the target's vocabulary is the one it was built with; see `bind`)."""
+        """The `datastore` option: a folder, `off`, or unset (or `on`) for the one shipped for the default
+        target (used when the target's vocabulary is the one it was built with; see `bind`)."""
         if option is not None and not flag_option(option):
             return None, None
+        if isinstance(option, str) and option.lower() in ("1", "true", "yes", "on"):
+            option = None                                   # `datastore=on`: the shipped one, as by default
         self._datastore_given = option is not None
         folder = Path(option) if option is not None else DEFAULT_DATASTORE["smollm2-135m"]
         if option is None and not (folder / "config.json").exists():

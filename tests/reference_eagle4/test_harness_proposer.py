@@ -116,6 +116,7 @@ def test_a_datastore_of_another_vocabulary_is_refused_when_given_and_left_out_by
     Datastore.from_responses([[1, 2, 3]], vocab_size=49152).save(tmp_path / "ds", {})
     with pytest.raises(ValueError, match="vocabulary of 49152 tokens, the target has 256"):
         run(t, reqs[:1], "eagle4-harness", 1, table=table(0.5), datastore=str(tmp_path / "ds"))
-    p = PROPOSERS["eagle4-harness"](budget=16, drafter=bigram_drafter(t), table=table(0.5))
-    p.bind(t)
-    assert p.config()["datastore"] is None        # the shipped one is for the default target's tokenizer
+    for default in ({}, {"datastore": "on"}):
+        p = PROPOSERS["eagle4-harness"](budget=16, drafter=bigram_drafter(t), table=table(0.5), **default)
+        p.bind(t)
+        assert p.config()["datastore"] is None    # the shipped one is for the default target's tokenizer
