@@ -85,13 +85,15 @@ class CostTable:
 
 
 def device_key(model: Transformer, parallelism: str = "single") -> dict[str, Any]:
+    """What a step's cost depends on besides the model: the device, dtype, threads, parallelism, and the
+    attention exact steps run (a table timed with float64 attention overprices the C kernel's trees)."""
     w = model.embed.weight
     return {"device": device_name(w.device), "dtype": str(w.dtype).removeprefix("torch."),
-            "threads": torch.get_num_threads(), "parallelism": parallelism}
+            "threads": torch.get_num_threads(), "parallelism": parallelism, "attention": model.exact_attention}
 
 
 def slug(key: dict[str, Any]) -> str:
-    text = f"{key['device']}-{key['dtype']}-t{key['threads']}-{key['parallelism']}"
+    text = f"{key['device']}-{key['dtype']}-t{key['threads']}-{key['parallelism']}-{key.get('attention', 'float64')}"
     return "".join(c if c.isalnum() or c in "-." else "_" for c in text)
 
 

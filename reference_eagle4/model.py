@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from reference_eagle4.kernels.exact_attention_cpu import exact_attention_cpu, library
+
 
 @dataclass(frozen=True)
 class ModelArgs:
@@ -280,12 +282,21 @@ class Transformer(nn.Module):
         # "torch" never uses it
         self.attention = "auto"
 
-    def new_cache(self, slots: int, max_len: int) -> KVCache:
-        """On CPU the cache holds float64, the dtype `exact_attention` reads (the keys and values themselves
-        are the model dtype's values, stored exactly)."""
+    @property
+    def exact_attention(self) -> str:
+        """What exact steps attend with: "kernel" (CUDA: Triton or SDPA; CPU: `exact_attention_cpu`) or
+        "float64" (`float64_attention`, a CPU where the C kernel cannot be built or take this head size)."""
         p = self.embed.weight
-        exact = p.device.type == "cpu" and self.attention != "triton"
-        return KVCache(self.args, slots, max_len, torch.float64 if exact else p.dtype, str(p.device))
+        wide = p.device.type == "cpu" and self.attention != "triton" and (
+            library() is None or self.args.head_dim % 16 or self.args.head_dim > 256)
+        return "float64" if wide else "kernel"
+
+    def new_cache(self, slots: int, max_len: int) -> KVCache:
+        """The cache holds the model dtype, or float64 where exact steps run `float64_attention` (the dtype
+        it reads; the keys and values are still the model dtype's values, stored exactly)."""
+        p = self.embed.weight
+        wide = self.exact_attention == "float64"
+        return KVCache(self.args, slots, max_len, torch.float64 if wide else p.dtype, str(p.device))
 
     def forward(self, tokens: Tensor, cache: KVCache, tree_mask: Tensor | None = None,
                 depths: Tensor | None = None, capture: tuple[int, ...] = (),
@@ -301,7 +312,7 @@ class Transformer(nn.Module):
         `valid` ([B, T] bool) marks the real tokens of a padded batch: the matmuls skip the rest, and the
         logits come back for the real tokens only, [N, V] in row-major order (not with `logits_rows`).
         `exact` (CPU): each token's results are exactly those it would get alone, as decoding and
-        verification need (`exact_attention`, `PackedLinear.rowwise`); False takes the fastest kernels, for
+        verification need (`exact_attention_cpu`, `PackedLinear.rowwise`); False takes the fastest kernels, for
         a computation every method does identically (a prompt's prefill).
         """
         B, T = tokens.shape
@@ -319,7 +330,7 @@ class Transformer(nn.Module):
         if kv_len > cache.max_len:
             raise ValueError(f"KV cache overflow: {kv_len} > {cache.max_len} positions")
         write = (torch.arange(B, device=dev)[:, None].expand(B, T), lens[:, None] + steps)
-        attend = self._attention(lens, tree_mask, kv_len, exact)
+        attend = self._attention(lens, tree_mask, kv_len, exact, cache.k.dtype)
 
         packed = Packing(valid) if valid is not None else None
         x = self.embed(tokens if packed is None else tokens.reshape(-1)[packed.rows])
@@ -336,9 +347,11 @@ class Transformer(nn.Module):
         return linear(self.lm_head, x, exact), hidden
 
 
-    def _attention(self, lens: Tensor, tree_mask: Tensor, kv_len: int,
-                   exact: bool) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
-        """attend(q, cache_k, cache_v) for this step: every new token sees its slot's prefix and its tree row."""
+    def _attention(self, lens: Tensor, tree_mask: Tensor, kv_len: int, exact: bool,
+                   cache_dtype: torch.dtype) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+        """attend(q, cache_k, cache_v) for this step: every new token sees its slot's prefix and its tree row.
+        An exact step on the CPU runs `exact_attention_cpu`, or `float64_attention` over a float64 cache
+        where that kernel could not be built."""
         B, T, _ = tree_mask.shape
         w = self.embed.weight
         kernel = self.attention == "triton" or (
@@ -350,6 +363,9 @@ class Transformer(nn.Module):
                 from reference_eagle4.kernels.tree_attention_triton import tree_attention_triton
                 bits = pack_tree_mask(tree_mask)
                 return lambda q, k, v: tree_attention_triton(q, k, v, lens, bits, kv_len=kv_len)
+        if exact and not w.is_cuda and cache_dtype != torch.float64:       # new_cache chose the C kernel
+            rows = tree_mask.contiguous()
+            return lambda q, k, v: exact_attention_cpu(q, k, v, lens, rows)
         mask = visible_keys(lens, tree_mask, kv_len)                                          # [B, T, S]
         if w.is_cuda or not exact:
             return lambda q, k, v: F.scaled_dot_product_attention(
@@ -359,7 +375,7 @@ class Transformer(nn.Module):
         bias = torch.zeros(B, a.n_kv_heads, a.n_heads // a.n_kv_heads, T, kv_len, dtype=torch.float64)
         bias.masked_fill_(~mask[:, None, None], float("-inf"))
         bias = bias.view(B * a.n_kv_heads, -1, kv_len)
-        return lambda q, k, v: exact_attention(q, k[:B, :, :kv_len], v[:B, :, :kv_len], bias)
+        return lambda q, k, v: float64_attention(q, k[:B, :, :kv_len], v[:B, :, :kv_len], bias)
 
 
 def visible_keys(lens: Tensor, tree_mask: Tensor, S: int) -> Tensor:
@@ -371,8 +387,9 @@ def visible_keys(lens: Tensor, tree_mask: Tensor, S: int) -> Tensor:
     return (rel < 0)[:, None, :] | (in_new[:, None, :] & new_vis)
 
 
-def exact_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
-    """Attention computed in float64, so that a token's output does not depend on what else the step holds.
+def float64_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
+    """Attention computed in float64, so that a token's output does not depend on what else the step holds
+    (the fallback of `exact_attention_cpu`, which gets there by construction, 2-4x faster).
 
     A tree node's visible keys sit at other cache positions than when vanilla decoding reaches the same
     token (its siblings come between), and the step holds other nodes, sequences and padding. Every

@@ -129,17 +129,23 @@ def test_a_dtype_onednn_cannot_prepack_keeps_plain_linears(tiny_target, monkeypa
     assert torch.isfinite(logits).all()
 
 
+@pytest.mark.parametrize("attention", ["kernel", "float64"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_verified_trees_reproduce_one_token_decoding_bit_for_bit(dtype):
+def test_verified_trees_reproduce_one_token_decoding_bit_for_bit(dtype, attention, monkeypatch):
     """Greedy speculative decoding equals vanilla only if a node's logits are exactly those of decoding its
     path one token at a time, whatever else the step holds: other branches, a second sequence of another
-    length, keys crossing a chunk boundary. SDPA misses this in bf16 (tokens flip); the engine must not."""
+    length, keys crossing a chunk boundary. SDPA misses this in bf16 (tokens flip); the engine must not,
+    with the C kernel or (where it cannot be built) float64 attention."""
     import sys
+    from reference_eagle4 import model as model_mod
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).parent))
     from eagle4_helpers import tiny_target as random_target
 
+    if attention == "float64":
+        monkeypatch.setattr(model_mod, "library", lambda: None)
     model = pack_linears(random_target(seed=3).to(dtype))
+    assert model.exact_attention == attention
     g = torch.Generator().manual_seed(6)
     prefixes = [torch.randint(0, 256, (1, n), generator=g) for n in (59, 130)]
     tree = DraftTree([5, 7, 9, 11, 13, 17, 19, 23], [-1, 0, 0, 1, 1, 2, 4, 6])
