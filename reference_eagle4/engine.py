@@ -21,7 +21,7 @@ from reference_eagle4.model import KVCache, Transformer
 from reference_eagle4.prefix_cache import PrefixCache
 from reference_eagle4.proposers.base import Proposer
 from reference_eagle4.tree import DraftTree
-from reference_eagle4.verify import Sampling, draw, entropy, walk
+from reference_eagle4.verify import Sampling, draw, entropy, greedy_tokens, walk
 
 
 @dataclass
@@ -153,7 +153,7 @@ class Engine:
         logits = logits.reshape(-1, logits.shape[-1])              # one row per tree node, tree after tree
         starts = [0, *accumulate(sizes[:-1])]          # packed or not, each tree's rows follow the last one's
         greedy = self.config.sampling.greedy
-        argmax = logits.argmax(-1).tolist() if greedy else None
+        argmax = greedy_tokens(logits).tolist() if greedy else None
         rows: list[tuple[int, int]] = []                            # (sequence, logits row) of emitted tokens
         for b, (seq, tree) in enumerate(zip(seqs, trees)):
             lo = starts[b]

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+#include <omp.h>
 
 #define LANES 16
 #define MAX_D 256
@@ -104,128 +105,194 @@ static inline uint16_t bf16_round(float f) {       /* round to nearest even, as 
     return (uint16_t)(u >> 16);
 }
 
+/* One call's arguments (see exact_attention). */
+typedef struct {
+    const void *q, *k, *v;
+    void *out;
+    const int64_t *lens;
+    const uint8_t *mask;
+    int64_t sb, sh, sp;
+    int io_bf16, kv_bf16, H, G, T, D, R, R4;
+    float scale;
+} Step;
+
+/* Buffers of one key head: queries [R4][D], scores and softmax weights [R4][sp] each, sums [R], keys
+ * transposed in blocks of 16 positions [sp][D], values [sp][D]; each row's tree keys [R][T], their count [R]. */
+typedef struct {
+    float *qf, *sc, *w, *sums, *kt, *vf;
+    int *tail, *count;
+} Buffers;
+
+static size_t floats_per_head(const Step *c) {
+    return (size_t)c->R4 * c->D + 2 * (size_t)c->R4 * c->sp + c->R + 2 * (size_t)c->sp * c->D;
+}
+
+static Buffers buffers(const Step *c, float *f, int *i) {
+    Buffers u;
+    u.qf = f;
+    u.sc = u.qf + (size_t)c->R4 * c->D;
+    u.w = u.sc + (size_t)c->R4 * c->sp;
+    u.sums = u.w + (size_t)c->R4 * c->sp;
+    u.kt = u.sums + c->R;
+    u.vf = u.kt + (size_t)c->sp * c->D;
+    u.tail = i;
+    u.count = i + (size_t)c->R * c->T;
+    return u;
+}
+
+/* This thread's share [*lo, *hi) of n items split over nt threads. */
+static inline void share(int64_t n, int tid, int nt, int64_t *lo, int64_t *hi) {
+    *lo = n * tid / nt;
+    *hi = n * (tid + 1) / nt;
+}
+
+/* Attention of key head g of sequence b, by thread tid of nt working on it together (nt = 1: alone). */
+static void head(const Step *c, const Buffers *u, int b, int g, int tid, int nt) {
+    const int D = c->D, T = c->T, R = c->R, R4 = c->R4;
+    const int64_t sp = c->sp, L = c->lens[b], S = L + T, S16 = (S + LANES - 1) / LANES * LANES;
+    const uint8_t *mb = c->mask + (size_t)b * T * T;
+    const size_t q0 = ((size_t)(b * c->H + g * c->G) * T) * D;        /* the R rows sharing key head g */
+    const int64_t base = b * c->sb + g * c->sh;
+    float *qf = u->qf, *sc = u->sc, *w = u->w, *sums = u->sums, *kt = u->kt, *vf = u->vf;
+    int *tail = u->tail, *count = u->count;
+    int64_t lo, hi;
+    /* 0. the queries, keys (transposed, 16 positions a block) and values, as fp32 */
+    share(R4, tid, nt, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        if (r < R) load_row(c->q, c->io_bf16, (int64_t)(q0 + (size_t)r * D), D, qf + (size_t)r * D);
+        else memset(qf + (size_t)r * D, 0, (size_t)D * sizeof(float));
+    }
+    share(S16, tid, nt, &lo, &hi);
+    for (int64_t s = lo; s < hi; s++) {
+        float row[MAX_D];
+        float *kb = kt + (s / LANES) * D * LANES + s % LANES;
+        if (s < S) {
+            load_row(c->k, c->kv_bf16, base + s * D, D, row);
+            for (int d = 0; d < D; d++) kb[d * LANES] = row[d];
+            load_row(c->v, c->kv_bf16, base + s * D, D, vf + (size_t)s * D);
+        } else {
+            for (int d = 0; d < D; d++) kb[d * LANES] = 0.0f;
+        }
+    }
+    if (nt > 1) {
+        #pragma omp barrier
+    }
+    /* 1. scores over every cache position 0..S-1, 4 rows x 16 positions a block */
+    const int64_t nblk = S16 / LANES;
+    share((int64_t)(R4 / 4) * nblk, tid, nt, &lo, &hi);
+    for (int64_t job = lo; job < hi; job++) {
+        const int r0 = (int)(job / nblk) * 4;
+        const int64_t s0 = job % nblk * LANES;
+        float blk[4][LANES];
+        const float *qr = qf + (size_t)r0 * D;
+        fma_rows4(qr, qr + D, qr + 2 * D, qr + 3 * D, kt + s0 * D, LANES, D, blk);
+        for (int rr = 0; rr < 4; rr++)
+            for (int l = 0; l < LANES; l++) sc[(size_t)(r0 + rr) * sp + s0 + l] = blk[rr][l] * c->scale;
+    }
+    if (nt > 1) {
+        #pragma omp barrier
+    }
+    /* 2. per row: its logical keys (prefix, then its tree row), softmax weights and their sum */
+    share(R4, tid, nt, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        float *wr = w + (size_t)r * sp;
+        if (r >= R) {                                  /* padding rows of the last block of 4 */
+            memset(wr, 0, (size_t)sp * sizeof(float));
+            continue;
+        }
+        const int t = (int)(r % T);
+        const float *sr = sc + (size_t)r * sp;
+        int *tr = tail + (size_t)r * T;
+        int64_t n = L;
+        memcpy(wr, sr, (size_t)L * sizeof(float));
+        int cnt = 0;
+        for (int j = 0; j < T; j++)
+            if (mb[t * T + j]) {
+                tr[cnt++] = j;
+                wr[n++] = sr[L + j];
+            }
+        count[r] = cnt;
+        const int64_t np = (n + LANES - 1) / LANES * LANES;
+        for (int64_t i = n; i < np; i++) wr[i] = -INFINITY;
+        float lanes[LANES];
+        for (int l = 0; l < LANES; l++) lanes[l] = -INFINITY;
+        for (int64_t i0 = 0; i0 < np; i0 += LANES)
+            for (int l = 0; l < LANES; l++) lanes[l] = wr[i0 + l] > lanes[l] ? wr[i0 + l] : lanes[l];
+        float m = -INFINITY;                          /* the maximum: exact in any order */
+        for (int l = 0; l < LANES; l++) m = lanes[l] > m ? lanes[l] : m;
+        for (int64_t i0 = 0; i0 < np; i0 += LANES)
+            *(v16f *)(wr + i0) = exp_nonpositive(*(v16f *)(wr + i0) - m);
+        for (int64_t i = n; i < np; i++) wr[i] = 0.0f;
+        for (int l = 0; l < LANES; l++) lanes[l] = 0.0f;
+        for (int64_t i0 = 0; i0 < np; i0 += LANES)
+            for (int l = 0; l < LANES; l++) lanes[l] += wr[i0 + l];
+        float total = 0.0f;
+        for (int l = 0; l < LANES; l++) total += lanes[l];
+        sums[r] = total;
+    }
+    if (nt > 1) {
+        #pragma omp barrier
+    }
+    /* 3. weighted values: the shared prefix 4 rows x 16 dimensions a block, then each row's tree keys */
+    const int nd = D / LANES;
+    share((int64_t)(R4 / 4) * nd, tid, nt, &lo, &hi);
+    for (int64_t job = lo; job < hi; job++) {
+        const int r0 = (int)(job / nd) * 4, d0 = (int)(job % nd) * LANES;
+        float blk[4][LANES];
+        const float *wp = w + (size_t)r0 * sp;
+        fma_rows4(wp, wp + sp, wp + 2 * sp, wp + 3 * sp, vf + d0, D, L, blk);
+        for (int rr = 0; rr < 4 && r0 + rr < R; rr++) {
+            const int r = r0 + rr;
+            float *ar = blk[rr];
+            for (int k = 0; k < count[r]; k++) {
+                const float wi = w[(size_t)r * sp + L + k];
+                const float *vi = vf + (size_t)(L + tail[(size_t)r * T + k]) * D + d0;
+                for (int l = 0; l < LANES; l++) ar[l] = fmaf(wi, vi[l], ar[l]);
+            }
+            const float total = sums[r];
+            const size_t o = q0 + (size_t)r * D + d0;
+            for (int l = 0; l < LANES; l++) {
+                const float x = total > 0.0f ? ar[l] / total : 0.0f;
+                if (c->io_bf16) ((uint16_t *)c->out)[o + l] = bf16_round(x);
+                else ((float *)c->out)[o + l] = x;
+            }
+        }
+    }
+    if (nt > 1) {                                     /* the buffers are reused by the next head */
+        #pragma omp barrier
+    }
+}
+
 /* q, out [B, H, T, D] contiguous, bf16 (io_bf16 = 1) or fp32; k, v: cache views, element (b, h, s, d) at
  * b*sb + h*sh + s*D + d, bf16 (kv_bf16 = 1) or fp32; lens [B]; mask [B, T, T] uint8 (row t = the new tokens
- * token t sees). D must be a multiple of 16, at most MAX_D. Runs on the caller's OpenMP threads (torch's, as
- * the library shares its runtime). Returns 0, -1 if the workspace could not be allocated, -2 for a bad D. */
+ * token t sees). D must be a multiple of 16, at most MAX_D. Runs on the caller's OpenMP threads (torch's: the
+ * library shares its runtime): each thread takes whole key heads when there are enough to go round, else
+ * all threads share each head. Returns 0, -1 if the workspace could not be allocated, -2 for a bad D. */
 int exact_attention(const void *q, int io_bf16, const void *k, const void *v, int kv_bf16, int64_t sb,
                     int64_t sh, const int64_t *lens, const uint8_t *mask, void *out, int B, int H, int KV,
                     int T, int D, float scale) {
     if (D % LANES || D > MAX_D) return -2;
-    const int G = H / KV, R = G * T, R4 = (R + 3) / 4 * 4;
+    Step c = {q, k, v, out, lens, mask, sb, sh, 0, io_bf16, kv_bf16, H, H / KV, T, D, 0, 0, scale};
+    c.R = c.G * T;
+    c.R4 = (c.R + 3) / 4 * 4;
     int64_t smax = 0;
     for (int b = 0; b < B; b++) smax = lens[b] + T > smax ? lens[b] + T : smax;
-    const int64_t sp = (smax + LANES - 1) / LANES * LANES;
-    /* queries [R4][D], scores [R4][sp], softmax weights [R4][sp], sums [R], keys transposed in blocks of 16
-     * positions [sp][D], values [sp][D]; each row's tree keys [R][T] and their count [R] */
-    const size_t need = (size_t)R4 * D + 2 * (size_t)R4 * sp + R + 2 * (size_t)sp * D;
-    if (!grow((void **)&work, &work_cap, need * sizeof(float)) ||
-        !grow((void **)&iwork, &iwork_cap, (size_t)R * (T + 1) * sizeof(int)))
+    c.sp = (smax + LANES - 1) / LANES * LANES;
+    const int threads = omp_get_max_threads(), heads = B * KV;
+    const size_t nf = floats_per_head(&c), ni = (size_t)c.R * (T + 1);
+    if (!grow((void **)&work, &work_cap, nf * threads * sizeof(float)) ||
+        !grow((void **)&iwork, &iwork_cap, ni * threads * sizeof(int)))
         return -1;
-    float *qf = work, *sc = qf + (size_t)R4 * D, *w = sc + (size_t)R4 * sp, *sums = w + (size_t)R4 * sp;
-    float *kt = sums + R, *vf = kt + (size_t)sp * D;
-    int *tail = iwork, *count = iwork + (size_t)R * T;
-
     #pragma omp parallel
-    for (int b = 0; b < B; b++) {
-        const int64_t L = lens[b], S = L + T, S16 = (S + LANES - 1) / LANES * LANES;
-        const uint8_t *mb = mask + (size_t)b * T * T;
-        for (int g = 0; g < KV; g++) {
-            const size_t q0 = ((size_t)(b * H + g * G) * T) * D;       /* the R rows sharing key head g */
-            const int64_t base = b * sb + g * sh;
-            /* 0. this head's queries, keys (transposed, 16 positions a block) and values, as fp32 */
-            #pragma omp for
-            for (int r = 0; r < R4; r++) {
-                if (r < R) load_row(q, io_bf16, (int64_t)(q0 + (size_t)r * D), D, qf + (size_t)r * D);
-                else memset(qf + (size_t)r * D, 0, (size_t)D * sizeof(float));
-            }
-            #pragma omp for
-            for (int64_t s = 0; s < S16; s++) {
-                float row[MAX_D];
-                float *kb = kt + (s / LANES) * D * LANES + s % LANES;
-                if (s < S) {
-                    load_row(k, kv_bf16, base + s * D, D, row);
-                    for (int d = 0; d < D; d++) kb[d * LANES] = row[d];
-                    load_row(v, kv_bf16, base + s * D, D, vf + (size_t)s * D);
-                } else {
-                    for (int d = 0; d < D; d++) kb[d * LANES] = 0.0f;
-                }
-            }
-            /* 1. scores over every cache position 0..S-1, 4 rows x 16 positions a block */
-            const int64_t nblk = S16 / LANES;
-            #pragma omp for
-            for (int64_t job = 0; job < (int64_t)(R4 / 4) * nblk; job++) {
-                const int r0 = (int)(job / nblk) * 4;
-                const int64_t s0 = job % nblk * LANES;
-                float blk[4][LANES];
-                const float *qr = qf + (size_t)r0 * D;
-                fma_rows4(qr, qr + D, qr + 2 * D, qr + 3 * D, kt + s0 * D, LANES, D, blk);
-                for (int rr = 0; rr < 4; rr++)
-                    for (int l = 0; l < LANES; l++) sc[(size_t)(r0 + rr) * sp + s0 + l] = blk[rr][l] * scale;
-            }
-            /* 2. per row: its logical keys (prefix, then its tree row), softmax weights and their sum */
-            #pragma omp for
-            for (int r = 0; r < R4; r++) {
-                float *wr = w + (size_t)r * sp;
-                if (r >= R) {                              /* padding rows of the last block of 4 */
-                    memset(wr, 0, (size_t)sp * sizeof(float));
-                    continue;
-                }
-                const int t = r % T;
-                const float *sr = sc + (size_t)r * sp;
-                int *tr = tail + (size_t)r * T;
-                int64_t n = L;
-                memcpy(wr, sr, (size_t)L * sizeof(float));
-                int c = 0;
-                for (int j = 0; j < T; j++)
-                    if (mb[t * T + j]) {
-                        tr[c++] = j;
-                        wr[n++] = sr[L + j];
-                    }
-                count[r] = c;
-                const int64_t np = (n + LANES - 1) / LANES * LANES;
-                for (int64_t i = n; i < np; i++) wr[i] = -INFINITY;
-                float lanes[LANES];
-                for (int l = 0; l < LANES; l++) lanes[l] = -INFINITY;
-                for (int64_t i0 = 0; i0 < np; i0 += LANES)
-                    for (int l = 0; l < LANES; l++) lanes[l] = wr[i0 + l] > lanes[l] ? wr[i0 + l] : lanes[l];
-                float m = -INFINITY;                  /* the maximum: exact in any order */
-                for (int l = 0; l < LANES; l++) m = lanes[l] > m ? lanes[l] : m;
-                for (int64_t i0 = 0; i0 < np; i0 += LANES)
-                    *(v16f *)(wr + i0) = exp_nonpositive(*(v16f *)(wr + i0) - m);
-                for (int64_t i = n; i < np; i++) wr[i] = 0.0f;
-                for (int l = 0; l < LANES; l++) lanes[l] = 0.0f;
-                for (int64_t i0 = 0; i0 < np; i0 += LANES)
-                    for (int l = 0; l < LANES; l++) lanes[l] += wr[i0 + l];
-                float total = 0.0f;
-                for (int l = 0; l < LANES; l++) total += lanes[l];
-                sums[r] = total;
-            }
-            /* 3. weighted values: the shared prefix 4 rows x 16 dimensions a block, then each row's tree keys */
-            const int nd = D / LANES;
-            #pragma omp for
-            for (int job = 0; job < R4 / 4 * nd; job++) {
-                const int r0 = job / nd * 4, d0 = job % nd * LANES;
-                float blk[4][LANES];
-                const float *wp = w + (size_t)r0 * sp;
-                fma_rows4(wp, wp + sp, wp + 2 * sp, wp + 3 * sp, vf + d0, D, L, blk);
-                for (int rr = 0; rr < 4 && r0 + rr < R; rr++) {
-                    const int r = r0 + rr;
-                    float *ar = blk[rr];
-                    for (int c = 0; c < count[r]; c++) {
-                        const float wi = w[(size_t)r * sp + L + c];
-                        const float *vi = vf + (size_t)(L + tail[(size_t)r * T + c]) * D + d0;
-                        for (int l = 0; l < LANES; l++) ar[l] = fmaf(wi, vi[l], ar[l]);
-                    }
-                    const float total = sums[r];
-                    const size_t o = q0 + (size_t)r * D + d0;
-                    for (int l = 0; l < LANES; l++) {
-                        const float x = total > 0.0f ? ar[l] / total : 0.0f;
-                        if (io_bf16) ((uint16_t *)out)[o + l] = bf16_round(x);
-                        else ((float *)out)[o + l] = x;
-                    }
-                }
-            }
+    {
+        const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+        if (heads >= nt) {
+            const Buffers u = buffers(&c, work + nf * tid, iwork + ni * tid);
+            #pragma omp for schedule(dynamic)
+            for (int h = 0; h < heads; h++) head(&c, &u, h / KV, h % KV, 0, 1);
+        } else {
+            const Buffers u = buffers(&c, work, iwork);
+            for (int h = 0; h < heads; h++) head(&c, &u, h / KV, h % KV, tid, nt);
         }
     }
     return 0;
