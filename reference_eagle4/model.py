@@ -330,7 +330,7 @@ class Transformer(nn.Module):
         if kv_len > cache.max_len:
             raise ValueError(f"KV cache overflow: {kv_len} > {cache.max_len} positions")
         write = (torch.arange(B, device=dev)[:, None].expand(B, T), lens[:, None] + steps)
-        attend = self._attention(lens, tree_mask, kv_len, exact, cache.k.dtype)
+        attend = self._attention(lens, tree_mask, kv_len, exact, cache.k.dtype, valid)
 
         packed = Packing(valid) if valid is not None else None
         x = self.embed(tokens if packed is None else tokens.reshape(-1)[packed.rows])
@@ -347,8 +347,8 @@ class Transformer(nn.Module):
         return linear(self.lm_head, x, exact), hidden
 
 
-    def _attention(self, lens: Tensor, tree_mask: Tensor, kv_len: int, exact: bool,
-                   cache_dtype: torch.dtype) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+    def _attention(self, lens: Tensor, tree_mask: Tensor, kv_len: int, exact: bool, cache_dtype: torch.dtype,
+                   valid: Tensor | None) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
         """attend(q, cache_k, cache_v) for this step: every new token sees its slot's prefix and its tree row.
         An exact step on the CPU runs `exact_attention_cpu`, or `float64_attention` over a float64 cache
         where that kernel could not be built."""
@@ -364,8 +364,8 @@ class Transformer(nn.Module):
                 bits = pack_tree_mask(tree_mask)
                 return lambda q, k, v: tree_attention_triton(q, k, v, lens, bits, kv_len=kv_len)
         if exact and not w.is_cuda and cache_dtype != torch.float64:       # new_cache chose the C kernel
-            rows = tree_mask.contiguous()
-            return lambda q, k, v: exact_attention_cpu(q, k, v, lens, rows)
+            rows, real = tree_mask.contiguous(), None if valid is None else valid.contiguous()
+            return lambda q, k, v: exact_attention_cpu(q, k, v, lens, rows, real)    # skips padding tokens
         mask = visible_keys(lens, tree_mask, kv_len)                                          # [B, T, S]
         if w.is_cuda or not exact:
             return lambda q, k, v: F.scaled_dot_product_attention(

@@ -110,17 +110,18 @@ typedef struct {
     const void *q, *k, *v;
     void *out;
     const int64_t *lens;
-    const uint8_t *mask;
+    const uint8_t *mask, *valid;
     int64_t sb, sh, sp;
     int io_bf16, kv_bf16, H, G, T, D, R, R4;
     float scale;
 } Step;
 
 /* Buffers of one key head: queries [R4][D], scores and softmax weights [R4][sp] each, sums [R], keys
- * transposed in blocks of 16 positions [sp][D], values [sp][D]; each row's tree keys [R][T], their count [R]. */
+ * transposed in blocks of 16 positions [sp][D], values [sp][D]; the rows computed (a padding token's are
+ * not) [R], each one's tree keys [R][T] and their count [R]. */
 typedef struct {
     float *qf, *sc, *w, *sums, *kt, *vf;
-    int *tail, *count;
+    int *rows, *tail, *count;
 } Buffers;
 
 static size_t floats_per_head(const Step *c) {
@@ -135,9 +136,15 @@ static Buffers buffers(const Step *c, float *f, int *i) {
     u.sums = u.w + (size_t)c->R4 * c->sp;
     u.kt = u.sums + c->R;
     u.vf = u.kt + (size_t)c->sp * c->D;
-    u.tail = i;
-    u.count = i + (size_t)c->R * c->T;
+    u.rows = i;
+    u.tail = i + c->R;
+    u.count = u.tail + (size_t)c->R * c->T;
     return u;
+}
+
+static inline void zero_row(void *base, int bf16, size_t offset, int D) {
+    const size_t size = bf16 ? sizeof(uint16_t) : sizeof(float);
+    memset((char *)base + offset * size, 0, (size_t)D * size);
 }
 
 /* This thread's share [*lo, *hi) of n items split over nt threads. */
@@ -148,18 +155,32 @@ static inline void share(int64_t n, int tid, int nt, int64_t *lo, int64_t *hi) {
 
 /* Attention of key head g of sequence b, by thread tid of nt working on it together (nt = 1: alone). */
 static void head(const Step *c, const Buffers *u, int b, int g, int tid, int nt) {
-    const int D = c->D, T = c->T, R = c->R, R4 = c->R4;
+    const int D = c->D, T = c->T;
     const int64_t sp = c->sp, L = c->lens[b], S = L + T, S16 = (S + LANES - 1) / LANES * LANES;
-    const uint8_t *mb = c->mask + (size_t)b * T * T;
-    const size_t q0 = ((size_t)(b * c->H + g * c->G) * T) * D;        /* the R rows sharing key head g */
+    const uint8_t *mb = c->mask + (size_t)b * T * T, *vb = c->valid ? c->valid + (size_t)b * T : NULL;
+    const size_t q0 = ((size_t)(b * c->H + g * c->G) * T) * D;        /* the rows sharing key head g */
     const int64_t base = b * c->sb + g * c->sh;
     float *qf = u->qf, *sc = u->sc, *w = u->w, *sums = u->sums, *kt = u->kt, *vf = u->vf;
-    int *tail = u->tail, *count = u->count;
+    int *rows = u->rows, *tail = u->tail, *count = u->count;
+    int R = 0;                                         /* rows of this head's real tokens, listed in rows */
+    for (int r = 0; r < c->R; r++) R += !vb || vb[r % T];
+    const int R4 = (R + 3) / 4 * 4;
     int64_t lo, hi;
-    /* 0. the queries, keys (transposed, 16 positions a block) and values, as fp32 */
+    /* 0. the rows, the queries, keys (transposed, 16 positions a block) and values, as fp32; a padding
+     * token's output is zeros */
+    if (tid == 0) {
+        int n = 0;
+        for (int r = 0; r < c->R; r++) {
+            if (!vb || vb[r % T]) rows[n++] = r;
+            else zero_row(c->out, c->io_bf16, q0 + (size_t)r * D, D);
+        }
+    }
+    if (nt > 1) {
+        #pragma omp barrier
+    }
     share(R4, tid, nt, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
-        if (r < R) load_row(c->q, c->io_bf16, (int64_t)(q0 + (size_t)r * D), D, qf + (size_t)r * D);
+        if (r < R) load_row(c->q, c->io_bf16, (int64_t)(q0 + (size_t)rows[r] * D), D, qf + (size_t)r * D);
         else memset(qf + (size_t)r * D, 0, (size_t)D * sizeof(float));
     }
     share(S16, tid, nt, &lo, &hi);
@@ -200,7 +221,7 @@ static void head(const Step *c, const Buffers *u, int b, int g, int tid, int nt)
             memset(wr, 0, (size_t)sp * sizeof(float));
             continue;
         }
-        const int t = (int)(r % T);
+        const int t = rows[r] % T;
         const float *sr = sc + (size_t)r * sp;
         int *tr = tail + (size_t)r * T;
         int64_t n = L;
@@ -250,7 +271,7 @@ static void head(const Step *c, const Buffers *u, int b, int g, int tid, int nt)
                 for (int l = 0; l < LANES; l++) ar[l] = fmaf(wi, vi[l], ar[l]);
             }
             const float total = sums[r];
-            const size_t o = q0 + (size_t)r * D + d0;
+            const size_t o = q0 + (size_t)rows[r] * D + d0;
             for (int l = 0; l < LANES; l++) {
                 const float x = total > 0.0f ? ar[l] / total : 0.0f;
                 if (c->io_bf16) ((uint16_t *)c->out)[o + l] = bf16_round(x);
@@ -265,21 +286,21 @@ static void head(const Step *c, const Buffers *u, int b, int g, int tid, int nt)
 
 /* q, out [B, H, T, D] contiguous, bf16 (io_bf16 = 1) or fp32; k, v: cache views, element (b, h, s, d) at
  * b*sb + h*sh + s*D + d, bf16 (kv_bf16 = 1) or fp32; lens [B]; mask [B, T, T] uint8 (row t = the new tokens
- * token t sees). D must be a multiple of 16, at most MAX_D. Runs on the caller's OpenMP threads (torch's: the
+ * token t sees); valid [B, T] uint8 (0: a padding token, skipped, its output zeros) or NULL (all real). D must be a multiple of 16, at most MAX_D. Runs on the caller's OpenMP threads (torch's: the
  * library shares its runtime): each thread takes whole key heads when there are enough to go round, else
  * all threads share each head. Returns 0, -1 if the workspace could not be allocated, -2 for a bad D. */
 int exact_attention(const void *q, int io_bf16, const void *k, const void *v, int kv_bf16, int64_t sb,
-                    int64_t sh, const int64_t *lens, const uint8_t *mask, void *out, int B, int H, int KV,
-                    int T, int D, float scale) {
+                    int64_t sh, const int64_t *lens, const uint8_t *mask, const uint8_t *valid, void *out,
+                    int B, int H, int KV, int T, int D, float scale) {
     if (D % LANES || D > MAX_D) return -2;
-    Step c = {q, k, v, out, lens, mask, sb, sh, 0, io_bf16, kv_bf16, H, H / KV, T, D, 0, 0, scale};
+    Step c = {q, k, v, out, lens, mask, valid, sb, sh, 0, io_bf16, kv_bf16, H, H / KV, T, D, 0, 0, scale};
     c.R = c.G * T;
     c.R4 = (c.R + 3) / 4 * 4;
     int64_t smax = 0;
     for (int b = 0; b < B; b++) smax = lens[b] + T > smax ? lens[b] + T : smax;
     c.sp = (smax + LANES - 1) / LANES * LANES;
     const int threads = omp_get_max_threads(), heads = B * KV;
-    const size_t nf = floats_per_head(&c), ni = (size_t)c.R * (T + 1);
+    const size_t nf = floats_per_head(&c), ni = (size_t)c.R * (T + 2);
     if (!grow((void **)&work, &work_cap, nf * threads * sizeof(float)) ||
         !grow((void **)&iwork, &iwork_cap, ni * threads * sizeof(int)))
         return -1;

@@ -75,8 +75,7 @@ def library() -> ctypes.CDLL | None:
     f = lib.exact_attention
     f.restype = ctypes.c_int
     f.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64,
-                  ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_int] * 5 + \
-        [ctypes.c_float]
+                  ctypes.c_int64] + [ctypes.c_void_p] * 4 + [ctypes.c_int] * 5 + [ctypes.c_float]
     return lib
 
 
@@ -86,11 +85,13 @@ def _unavailable(reason: str) -> None:
     return None
 
 
-def exact_attention_cpu(q: Tensor, k: Tensor, v: Tensor, lens: Tensor, mask: Tensor) -> Tensor:
+def exact_attention_cpu(q: Tensor, k: Tensor, v: Tensor, lens: Tensor, mask: Tensor,
+                        valid: Tensor | None = None) -> Tensor:
     """Attention of q [B, H, T, D] over cache views k, v [B, KV, S, D] (bf16 or fp32, positions
     contiguous per head): token t of sequence b sees positions < lens[b] and the new tokens its row of
-    mask [B, T, T] names (written at lens[b] + j). lens int64 and mask bool, both contiguous (the model
-    converts them once per step, not per layer). Returns [B, H, T, D] in q's dtype."""
+    mask [B, T, T] names (written at lens[b] + j). valid [B, T] marks the real tokens of a padded batch
+    (the others are skipped and get zeros; None: all real). lens int64, mask and valid bool, all
+    contiguous (the model converts them once per step, not per layer). Returns [B, H, T, D] in q's dtype."""
     lib = library()
     if lib is None:
         raise RuntimeError("the exact attention kernel is not built on this machine (no C compiler)")
@@ -102,9 +103,11 @@ def exact_attention_cpu(q: Tensor, k: Tensor, v: Tensor, lens: Tensor, mask: Ten
         raise ValueError("cache views must keep each head's positions contiguous")
     q = q.contiguous()
     out = torch.empty_like(q)
-    rc = lib.exact_attention(q.data_ptr(), int(q.dtype == torch.bfloat16), k.data_ptr(), v.data_ptr(),
-                             int(k.dtype == torch.bfloat16), k.stride(0), k.stride(1), lens.data_ptr(),
-                             mask.data_ptr(), out.data_ptr(), B, H, k.shape[1], T, D, D ** -0.5)
+    with torch.profiler.record_function("exact_attention_cpu"):      # named in step_profile's table
+        rc = lib.exact_attention(q.data_ptr(), int(q.dtype == torch.bfloat16), k.data_ptr(), v.data_ptr(),
+                                 int(k.dtype == torch.bfloat16), k.stride(0), k.stride(1), lens.data_ptr(),
+                                 mask.data_ptr(), None if valid is None else valid.data_ptr(), out.data_ptr(),
+                                 B, H, k.shape[1], T, D, D ** -0.5)
     if rc != 0:
         raise ValueError(f"exact attention: head_dim {D} unsupported (a multiple of 16, at most 256)"
                          if rc == -2 else "exact attention: workspace allocation failed")

@@ -85,3 +85,15 @@ def test_a_model_without_the_kernel_keeps_float64_attention(monkeypatch):
     with torch.no_grad():
         logits, _ = model(torch.tensor([[1, 2, 3]]), model.new_cache(1, 8))
     assert torch.isfinite(logits).all()
+
+
+def test_padding_tokens_are_skipped_and_real_ones_unchanged():
+    """A batch pads every tree to the largest; the kernel skips the padding (zeros out) and the real
+    tokens' outputs are bit-for-bit those of the unpadded call."""
+    q, k, v, lens, mask = step(2, 6, 2, 9, 32, [40, 70], torch.bfloat16, seed=11)
+    valid = torch.arange(9)[None, :] < torch.tensor([[9], [4]])
+    full = exact_attention_cpu(q, k, v, lens, mask)
+    padded = exact_attention_cpu(q, k, v, lens, mask, valid)
+    real = valid[:, None, :].expand(-1, 6, -1)                          # [B, H, T]
+    assert torch.equal(padded[real], full[real])
+    assert (padded[1, :, 4:] == 0).all()
