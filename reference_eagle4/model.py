@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from reference_eagle4.kernels.exact_attention_cpu import exact_attention_cpu, library
+from reference_eagle4.kernels.exact_attention_cpu import exact_attention_cpu, library, supports
 
 
 @dataclass(frozen=True)
@@ -288,7 +288,7 @@ class Transformer(nn.Module):
         "float64" (`float64_attention`, a CPU where the C kernel cannot be built or take this head size)."""
         p = self.embed.weight
         wide = p.device.type == "cpu" and self.attention != "triton" and (
-            library() is None or self.args.head_dim % 16 or self.args.head_dim > 256)
+            library() is None or not supports(self.args.head_dim))
         return "float64" if wide else "kernel"
 
     def new_cache(self, slots: int, max_len: int) -> KVCache:

@@ -32,6 +32,11 @@ SOURCE = Path(__file__).with_name("exact_attention.c")
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fopenmp", "-shared", "-fPIC")
 
 
+def supports(head_dim: int) -> bool:
+    """Head sizes the kernel takes (it works in 16-lane blocks, with a fixed-size row buffer)."""
+    return head_dim % 16 == 0 and head_dim <= 256
+
+
 def _cpu_identity() -> str:
     """-march=native code may not run on another CPU sharing the cache folder: key the build by it."""
     try:
