@@ -198,6 +198,7 @@ class PackedLinear(nn.Module):
     """
 
     ROW_BLOCK = 32
+    MIN_ROWS = 4
 
     def __init__(self, linear: nn.Linear, rows_hint: int = 16):
         super().__init__()
@@ -213,8 +214,11 @@ class PackedLinear(nn.Module):
         rows differently (checked row by row in tests/reference_eagle4/test_model.py): a single row takes
         a vector kernel (fp32 on every CPU seen; bf16 on AVX512-BF16 without AMX, in the MLP down
         projection), and bf16 calls of more than 32 rows take AMX kernels where the CPU has them. Between
-        2 and 32 rows every CPU seen computes each row alike, so one row is computed as two and larger
-        calls go in blocks of at most 32."""
+        2 and 32 rows every CPU seen computes each row alike, so calls go in blocks of at most 32 and a
+        block of fewer than MIN_ROWS rows is padded up to MIN_ROWS: one row must not run alone, and oneDNN's
+        kernels for 2 or 3 rows are slower than its 4-row one (all of a layer's 30 projections and the LM
+        head: 15.7 ms at 2 rows, 13.5 ms at 4, on a Zen 4 VM; BENCHMARKS.md), so a decoding step pays
+        for 4."""
         rows = x.reshape(-1, x.shape[-1])
         if rows.shape[0] <= self.ROW_BLOCK:       # a decoding or verification step: one call, no split
             out = self._block(rows)
@@ -223,7 +227,10 @@ class PackedLinear(nn.Module):
         return out.view(*x.shape[:-1], self.out_features)
 
     def _block(self, rows: Tensor) -> Tensor:
-        return self(torch.cat((rows, rows)))[:1] if rows.shape[0] == 1 else self(rows)
+        n = rows.shape[0]
+        if n >= self.MIN_ROWS:
+            return self(rows)
+        return self(torch.cat((rows, rows.new_zeros(self.MIN_ROWS - n, rows.shape[1]))))[:n]
 
 
 def linear(layer: nn.Module, x: Tensor, exact: bool) -> Tensor:
