@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from reference_eagle4.kernels import row_ops
 from reference_eagle4.model import ModelArgs, RMSNorm, apply_rope, packed
 
 HEADS = ("lowrank", "full")
@@ -308,7 +309,7 @@ class Eagle4Drafter(nn.Module):
                 from reference_eagle4.kernels.lowrank_head import lowrank_topk
                 exact, cand = lowrank_topk(hn, self.lr_a.weight.T, self.lr_b.weight.T, self.head_weight, K)
             else:
-                cand = self.lowrank_scores(hn).topk(K, dim=-1).indices            # [N, K]
+                cand = row_ops.topk_indices(self.lowrank_scores(hn), K)          # [N, K]
                 rows = self.head_weight[cand]                                     # [N, K, H]
                 exact = torch.bmm(rows, hn.to(rows.dtype).unsqueeze(-1)).squeeze(-1).float()
             logp = exact.float().log_softmax(-1)

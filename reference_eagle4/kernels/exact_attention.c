@@ -20,7 +20,8 @@
 #include <math.h>
 #include <omp.h>
 
-#define LANES 16
+#include "vec16.h"
+
 #define MAX_D 256
 
 static float *work;
@@ -52,27 +53,6 @@ static inline void load_row(const void *base, int bf16, int64_t offset, int D, f
     } else {
         memcpy(dst, (const float *)base + offset, (size_t)D * sizeof(float));
     }
-}
-
-typedef float v16f __attribute__((vector_size(LANES * sizeof(float)), aligned(4)));
-typedef int32_t v16i __attribute__((vector_size(LANES * sizeof(int32_t)), aligned(4)));
-
-/* exp(x) lane by lane for x <= 0 (Cephes' polynomial): x = n ln2 + r with n = round(x / ln2). */
-static inline v16f exp_nonpositive(v16f x) {
-    const v16f lo = (v16f){0} - 87.0f;
-    const v16i low = x < lo;
-    x = (v16f)(((v16i)x & ~low) | ((v16i)lo & low));
-    const v16f n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;    /* round to nearest */
-    v16f r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    v16f y = r * 1.9875691500e-4f + 1.3981999507e-3f;
-    y = y * r + 8.3334519073e-3f;
-    y = y * r + 4.1665795894e-2f;
-    y = y * r + 1.6666665459e-1f;
-    y = y * r + 5.0000001201e-1f;
-    y = y * (r * r) + r + 1.0f;
-    const v16i bits = (__builtin_convertvector(n, v16i) + 127) << 23;
-    return y * (v16f)bits;
 }
 
 /* out[r][l] = the chain fmaf(x_r[i], m[i * stride + l], .) over i = 0..n-1, for 4 rows r and 16 lanes l:

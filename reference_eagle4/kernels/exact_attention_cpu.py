@@ -7,29 +7,23 @@ keys (see the C file). It replaces float64 attention over a float64 cache (`mode
 which got there by making every summation order's rounding negligible, at 2x the arithmetic and 4x the
 cache traffic of bf16: at 12 verified tokens that was a quarter of a step.
 
-The library is compiled for this CPU (-march=native) with the system C compiler into
-`$SPECBENCH_CACHE/kernels`, keyed by the source, the flags and the CPU, in about a second. Where no
-compiler works, `library()` is None and the model keeps float64 attention (`Transformer.new_cache`).
+The library is built on first use (`cpu_build.load`). Where no compiler works, `library()` is None and the
+model keeps float64 attention (`Transformer.new_cache`).
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import os
-import platform
-import shutil
-import subprocess
-import tempfile
-import warnings
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
+from reference_eagle4.kernels.cpu_build import load
+
 SOURCE = Path(__file__).with_name("exact_attention.c")
-FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fopenmp", "-shared", "-fPIC")
 
 
 def supports(head_dim: int) -> bool:
@@ -37,57 +31,20 @@ def supports(head_dim: int) -> bool:
     return head_dim % 16 == 0 and head_dim <= 256
 
 
-def _cpu_identity() -> str:
-    """-march=native code may not run on another CPU sharing the cache folder: key the build by it."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return platform.processor() or platform.machine()
-    keep = [ln for ln in lines if ln.startswith(("model name", "flags"))]
-    return "\n".join(sorted(set(keep))) or platform.machine()
-
-
-def _build(cc: str, dest: Path) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
-        out = Path(tmp) / dest.name
-        subprocess.run([cc, *FLAGS, str(SOURCE), "-o", str(out), "-lm"], check=True, capture_output=True,
-                       timeout=120)
-        os.replace(out, dest)          # atomic: concurrent builders (test workers) never load half a file
-
-
 @functools.cache
 def library() -> ctypes.CDLL | None:
     """The compiled kernel, or None where it cannot be built here (said once, with the reason: runs then
     take float64 attention, slower but as exact). SPECBENCH_EXACT_ATTENTION=float64 asks for that path."""
-    from reference_eagle4.weights import cache_root
-
     if os.environ.get("SPECBENCH_EXACT_ATTENTION") == "float64":
         return None
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        return _unavailable("no C compiler found (cc, gcc or $CC)")
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode() + _cpu_identity().encode())
-    dest = cache_root() / "kernels" / f"exact_attention-{key.hexdigest()[:16]}.so"
-    try:
-        if not dest.exists():
-            _build(cc, dest)
-        lib = ctypes.CDLL(str(dest))
-    except subprocess.CalledProcessError as exc:
-        return _unavailable(f"{cc} failed: {exc.stderr.decode(errors='replace').strip()[-400:]}")
-    except (OSError, subprocess.SubprocessError) as exc:
-        return _unavailable(str(exc))
+    lib = load(SOURCE, "exact steps use float64 attention, about 2-4x slower at 12 verified tokens")
+    if lib is None:
+        return None
     f = lib.exact_attention
     f.restype = ctypes.c_int
     f.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64,
                   ctypes.c_int64] + [ctypes.c_void_p] * 4 + [ctypes.c_int] * 5 + [ctypes.c_float]
     return lib
-
-
-def _unavailable(reason: str) -> None:
-    warnings.warn(f"exact attention kernel not built ({reason}): exact steps use float64 attention, about "
-                  "2-4x slower at 12 verified tokens; install a C compiler (gcc) for the kernel", stacklevel=3)
-    return None
 
 
 def exact_attention_cpu(q: Tensor, k: Tensor, v: Tensor, lens: Tensor, mask: Tensor,
