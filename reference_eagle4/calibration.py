@@ -84,16 +84,24 @@ class CostTable:
         return cls(**json.loads(Path(path).read_text()))
 
 
+# Bumped when a change to the engine moves its step costs (so a table timed before is not used): 2 = exact
+# linears pad blocks to 4 rows, which made a 1-token step cheaper than the 2-row one tables had timed.
+COSTS_REVISION = 2
+
+
 def device_key(model: Transformer, parallelism: str = "single") -> dict[str, Any]:
-    """What a step's cost depends on besides the model: the device, dtype, threads, parallelism, and the
-    attention exact steps run (a table timed with float64 attention overprices the C kernel's trees)."""
+    """What a step's cost depends on besides the model: the device, dtype, threads, parallelism, the
+    attention exact steps run (a table timed with float64 attention overprices the C kernel's trees) and
+    the engine's cost revision."""
     w = model.embed.weight
     return {"device": device_name(w.device), "dtype": str(w.dtype).removeprefix("torch."),
-            "threads": torch.get_num_threads(), "parallelism": parallelism, "attention": model.exact_attention}
+            "threads": torch.get_num_threads(), "parallelism": parallelism, "attention": model.exact_attention,
+            "revision": COSTS_REVISION}
 
 
 def slug(key: dict[str, Any]) -> str:
-    text = f"{key['device']}-{key['dtype']}-t{key['threads']}-{key['parallelism']}-{key.get('attention', 'float64')}"
+    text = (f"{key['device']}-{key['dtype']}-t{key['threads']}-{key['parallelism']}-"
+            f"{key.get('attention', 'float64')}-r{key.get('revision', 1)}")
     return "".join(c if c.isalnum() or c in "-." else "_" for c in text)
 
 
@@ -139,10 +147,28 @@ def median_ms(fn: Callable[[], Any], repeats: int, warmup: int) -> tuple[float, 
     return statistics.median(samples), samples
 
 
+def interleaved_ms(fns: list[Callable[[], Any]], repeats: int, warmup: int) -> list[list[float]]:
+    """Samples of each callable, timed in rounds (each callable once a round), so that a machine's drift
+    over the measurement touches every callable alike. What the planner reads is how much dearer a larger
+    step is; timed one after another, a slow minute here made a 1-token step cost more than a 4-token
+    one in a table, and every tree up to 8 tokens look free (BENCHMARKS.md, 2026-12-02 session 12)."""
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, out in zip(fns, samples):
+            t0 = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t0) * 1000)
+    return samples
+
+
 def time_verification(model: Transformer, batches: tuple[int, ...], contexts: tuple[int, ...],
                       tokens: tuple[int, ...], repeats: int = 3, warmup: int = 1,
                       on_point: Callable[[], None] | None = None) -> tuple[list, dict[str, list[float]]]:
-    """verify_ms[b][c][t] for a batch of b sequences, each with c cached tokens, appending t tokens."""
+    """verify_ms[b][c][t] for a batch of b sequences, each with c cached tokens, appending t tokens: the
+    token counts of one (batch, context) interleaved, medians over the rounds."""
     table: list[list[list[float]]] = []
     raw: dict[str, list[float]] = {}
     with torch.inference_mode():
@@ -151,15 +177,13 @@ def time_verification(model: Transformer, batches: tuple[int, ...], contexts: tu
             rows = []
             for c in contexts:
                 cache.lengths[:] = c
-                row = []
-                for t in tokens:
-                    ids = torch.randint(0, model.args.vocab_size, (b, t))
-                    ms, samples = median_ms(lambda: model(ids, cache), repeats, warmup)
-                    row.append(ms)
-                    raw[f"b{b}-c{c}-t{t}"] = samples
+                ids = [torch.randint(0, model.args.vocab_size, (b, t)) for t in tokens]
+                samples = interleaved_ms([lambda x=x: model(x, cache) for x in ids], repeats, warmup)
+                for t, ts in zip(tokens, samples):
+                    raw[f"b{b}-c{c}-t{t}"] = ts
                     if on_point:
                         on_point()
-                rows.append(row)
+                rows.append([statistics.median(ts) for ts in samples])
             table.append(rows)
     return table, raw
 
@@ -175,14 +199,12 @@ def calibrate(model: Transformer, batches: tuple[int, ...] = DEFAULT_BATCHES,
     draft: list[list[float]] = []
     if drafter_step is not None:
         for b in batches:
-            row = []
-            for w in widths:
-                ms, samples = median_ms(drafter_step(b, w), repeats, warmup)
-                row.append(ms)
-                raw[f"draft-b{b}-w{w}"] = samples
+            samples = interleaved_ms([drafter_step(b, w) for w in widths], repeats, warmup)
+            for w, ts in zip(widths, samples):
+                raw[f"draft-b{b}-w{w}"] = ts
                 if on_point:
                     on_point()
-            draft.append(row)
+            draft.append([statistics.median(ts) for ts in samples])
     return CostTable(device_key(model, parallelism), list(batches), list(contexts), list(tokens), verify,
                      list(batches) if draft else [], list(widths) if draft else [], draft,
                      datetime.now(timezone.utc).isoformat(timespec="seconds"), raw)
