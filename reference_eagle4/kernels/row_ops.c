@@ -7,6 +7,7 @@
  * NaN. Python side: reference_eagle4/kernels/row_ops.py.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <math.h>
 #include <omp.h>
@@ -126,27 +127,59 @@ static inline void offer(Entry *h, int k, float v, int64_t i) {
     if (worse(h[0], e)) { h[0] = e; sift_down(h, k, 0); }
 }
 
+#define BLOCK 256   /* values per block of the first pass */
+
 /* idx[r][0..k-1] = the indices of row r's k largest values, largest first (equal values: lower index
- * first). A min-heap of the k best; a block of 16 is only looked at when one of its values beats the
- * heap's worst, which after the first few thousand entries is rare. 1 <= k <= n. */
+ * first); 1 <= k <= n. First pass: each block of 256 values' maximum. The k-th largest block maximum is a
+ * value that at least k entries reach, so only the entries at or above it can be among the k largest; the
+ * second pass collects those (a few hundred of 32k in a row of logits) and a min-heap of k keeps the
+ * best of them. Rows with fewer than k blocks take every entry as a candidate. */
 void rows_topk(const void *x, int bf16, int64_t rows, int64_t n, int64_t ld, int k, int64_t *idx) {
     #pragma omp parallel for schedule(static) if (rows > 1)
     for (int64_t r = 0; r < rows; r++) {
         const void *row = row_at(x, bf16, r, ld);
-        Entry heap[k];
-        for (int j = 0; j < k; j++) heap[j] = (Entry){load1(row, bf16, j), j};
-        for (int j = k / 2 - 1; j >= 0; j--) sift_down(heap, k, j);
-        int64_t i = k;
-        for (; i < n && i % LANES; i++) offer(heap, k, load1(row, bf16, i), i);
-        for (; i + LANES <= n; i += LANES) {
-            const v16f v = load16(row, bf16, i);
-            const v16i beat = v > heap[0].v;
-            int any = 0;
-            for (int l = 0; l < LANES; l++) any |= beat[l];
-            if (any)
-                for (int l = 0; l < LANES; l++) offer(heap, k, v[l], i + l);
+        const int64_t nblk = n / BLOCK;
+        float bound = -INFINITY;
+        if (nblk >= k) {
+            Entry *bm = malloc((size_t)k * sizeof(Entry));   /* the k largest block maxima, a min-heap */
+            for (int64_t b = 0; b < nblk; b++) {
+                v16f m = load16(row, bf16, b * BLOCK);
+                for (int64_t i = b * BLOCK + LANES; i < (b + 1) * BLOCK; i += LANES) m = max16(load16(row, bf16, i), m);
+                float best = m[0];
+                for (int l = 1; l < LANES; l++) best = m[l] > best ? m[l] : best;
+                if (b < k) {
+                    bm[b] = (Entry){best, b};
+                    if (b == k - 1)
+                        for (int j = k / 2 - 1; j >= 0; j--) sift_down(bm, k, j);
+                } else {
+                    offer(bm, k, best, b);
+                }
+            }
+            bound = bm[0].v;
+            free(bm);
         }
-        for (; i < n; i++) offer(heap, k, load1(row, bf16, i), i);
+        Entry heap[k];
+        int filled = 0;
+        for (int64_t i = 0; i < n; i += LANES) {
+            if (i + LANES <= n) {
+                const v16i hit = load16(row, bf16, i) >= bound;
+                int any = 0;
+                for (int l = 0; l < LANES; l++) any |= hit[l];
+                if (!any) continue;
+            }
+            const int64_t end = i + LANES <= n ? i + LANES : n;
+            for (int64_t j = i; j < end; j++) {
+                const float v = load1(row, bf16, j);
+                if (!(v >= bound)) continue;
+                if (filled < k) {
+                    heap[filled++] = (Entry){v, j};
+                    if (filled == k)
+                        for (int t = k / 2 - 1; t >= 0; t--) sift_down(heap, k, t);
+                } else {
+                    offer(heap, k, v, j);
+                }
+            }
+        }
         for (int end = k - 1; end > 0; end--) {          /* heap sort: the worst goes last */
             const Entry t = heap[0]; heap[0] = heap[end]; heap[end] = t;
             sift_down(heap, end, 0);

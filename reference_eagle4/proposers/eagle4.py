@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from reference_eagle4.drafters import DEFAULT_EAGLE4
@@ -240,8 +239,7 @@ class Eagle4Proposer(Proposer):
             new_vis = new_vis & (steps[None, :, None] - steps[None, None, :] < W)
         new_vis = new_vis & (valid[:, None, :] | torch.eye(T, dtype=torch.bool, device=dev)[None])
         mask = torch.cat([self._window_mask(rpos, pos), new_vis.expand(B, T, T)], dim=-1).unsqueeze(1)
-        attn = F.scaled_dot_product_attention(q, torch.cat([rk, k.to(dt)], 2), torch.cat([rv, v.to(dt)], 2),
-                                              attn_mask=mask, enable_gqa=True)
+        attn = d.attend(q, torch.cat([rk, k.to(dt)], 2), torch.cat([rv, v.to(dt)], 2), mask)
         out = d.finish(h, attn)
         c.write(slot_t, pos, valid, k, v)
         c.next[slot_t] = start + n
@@ -333,9 +331,7 @@ class Eagle4Proposer(Proposer):
                 anc[:, n0: n0 + k, :n0] = anc[bidx, f_buf, :n0]
             anc[:, n0: n0 + k, n0: n0 + k] = eye
             mask = torch.cat([self._window_mask(rpos, qpos), anc[:, n0: n0 + k, : n0 + k]], -1).unsqueeze(1)
-            attn = F.scaled_dot_product_attention(
-                q, torch.cat([rk, tk[:, :, : n0 + k]], 2), torch.cat([rv, tv[:, :, : n0 + k]], 2),
-                attn_mask=mask, enable_gqa=True)
+            attn = d.attend(q, torch.cat([rk, tk[:, :, : n0 + k]], 2), torch.cat([rv, tv[:, :, : n0 + k]], 2), mask)
             out = d.finish(h, attn)                                                   # [B, k, H]
             lp, cid = d.topk(out.reshape(B * k, H), k)
             lp = lp.view(B, k, k)
@@ -394,8 +390,7 @@ def drafter_level_fn(proposer: Eagle4Proposer, batch: int, width: int, context: 
     def run():
         hh, x = d.inputs(h, tok, fuse=False)
         q, kk, vv = d.project(x, qpos)
-        attn = F.scaled_dot_product_attention(q, torch.cat([rk, kk.to(dt)], 2), torch.cat([rv, vv.to(dt)], 2),
-                                              attn_mask=mask, enable_gqa=True)
+        attn = d.attend(q, torch.cat([rk, kk.to(dt)], 2), torch.cat([rv, vv.to(dt)], 2), mask)
         return d.topk(d.finish(hh, attn).reshape(batch * width, -1), k)
 
     return run
