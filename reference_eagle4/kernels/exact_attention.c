@@ -163,17 +163,19 @@ static void head(const Step *c, const Buffers *u, int b, int g, int tid, int nt)
         if (r < R) load_row(c->q, c->io_bf16, (int64_t)(q0 + (size_t)rows[r] * D), D, qf + (size_t)r * D);
         else memset(qf + (size_t)r * D, 0, (size_t)D * sizeof(float));
     }
-    share(S16, tid, nt, &lo, &hi);
-    for (int64_t s = lo; s < hi; s++) {
-        float row[MAX_D];
-        float *kb = kt + (s / LANES) * D * LANES + s % LANES;
-        if (s < S) {
-            load_row(c->k, c->kv_bf16, base + s * D, D, row);
-            for (int d = 0; d < D; d++) kb[d * LANES] = row[d];
-            load_row(c->v, c->kv_bf16, base + s * D, D, vf + (size_t)s * D);
-        } else {
-            for (int d = 0; d < D; d++) kb[d * LANES] = 0.0f;
+    share(S16 / LANES, tid, nt, &lo, &hi);
+    for (int64_t blk = lo; blk < hi; blk++) {          /* 16 positions: keys as 16 x 16 tiles, transposed */
+        const int64_t s0 = blk * LANES;
+        float *kb = kt + s0 * D;
+        for (int d0 = 0; d0 < D; d0 += LANES) {
+            v16f tile[LANES];
+            for (int l = 0; l < LANES; l++)
+                tile[l] = s0 + l < S ? load16(c->k, c->kv_bf16, base + (s0 + l) * D + d0) : (v16f){0};
+            transpose16(tile);
+            for (int d = 0; d < LANES; d++) memcpy(kb + (size_t)(d0 + d) * LANES, &tile[d], sizeof(v16f));
         }
+        for (int64_t s = s0; s < s0 + LANES && s < S; s++)
+            load_row(c->v, c->kv_bf16, base + s * D, D, vf + (size_t)s * D);
     }
     if (nt > 1) {
         #pragma omp barrier

@@ -14,19 +14,6 @@
 
 #include "vec16.h"
 
-typedef uint16_t v16h __attribute__((vector_size(LANES * sizeof(uint16_t)), aligned(2)));
-
-static inline v16f load16(const void *row, int bf16, int64_t i) {
-    if (bf16) {
-        v16h h;
-        memcpy(&h, (const uint16_t *)row + i, sizeof h);
-        return (v16f)(__builtin_convertvector(h, v16i) << 16);
-    }
-    v16f f;
-    memcpy(&f, (const float *)row + i, sizeof f);
-    return f;
-}
-
 static inline float load1(const void *row, int bf16, int64_t i) {
     if (bf16) {
         uint32_t u = (uint32_t)((const uint16_t *)row)[i] << 16;

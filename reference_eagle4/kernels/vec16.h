@@ -3,11 +3,26 @@
 #ifndef SPECBENCH_VEC16_H
 #define SPECBENCH_VEC16_H
 #include <stdint.h>
+#include <string.h>
 
 #define LANES 16
 
 typedef float v16f __attribute__((vector_size(LANES * sizeof(float)), aligned(4)));
 typedef int32_t v16i __attribute__((vector_size(LANES * sizeof(int32_t)), aligned(4)));
+
+typedef uint16_t v16h __attribute__((vector_size(LANES * sizeof(uint16_t)), aligned(2)));
+
+/* 16 values from element i on, bf16 (widened exactly) or fp32 */
+static inline v16f load16(const void *row, int bf16, int64_t i) {
+    if (bf16) {
+        v16h h;
+        memcpy(&h, (const uint16_t *)row + i, sizeof h);
+        return (v16f)(__builtin_convertvector(h, v16i) << 16);
+    }
+    v16f f;
+    memcpy(&f, (const float *)row + i, sizeof f);
+    return f;
+}
 
 /* a where mask (all ones) else b, lane by lane (GCC's C has no vector ?:) */
 static inline v16f select16(v16i mask, v16f a, v16f b) {
@@ -31,6 +46,35 @@ static inline v16f exp_nonpositive(v16f x) {
     y = y * (r * r) + r + 1.0f;
     const v16i bits = (__builtin_convertvector(n, v16i) + 127) << 23;
     return y * (v16f)bits;
+}
+
+/* Transpose 16 rows of 16 lanes in place (r[i][j] becomes r[j][i]): four butterfly stages, each swapping
+ * the off-diagonal blocks of size 8, 4, 2, 1 between row pairs; 64 two-source shuffles in all. */
+static inline void transpose16(v16f r[LANES]) {
+    for (int i = 0; i < LANES; i++) {
+        if (i & 8) continue;
+        const v16f a = r[i], c = r[i | 8];
+        r[i] = __builtin_shufflevector(a, c, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+        r[i | 8] = __builtin_shufflevector(a, c, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    }
+    for (int i = 0; i < LANES; i++) {
+        if (i & 4) continue;
+        const v16f a = r[i], c = r[i | 4];
+        r[i] = __builtin_shufflevector(a, c, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+        r[i | 4] = __builtin_shufflevector(a, c, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+    }
+    for (int i = 0; i < LANES; i++) {
+        if (i & 2) continue;
+        const v16f a = r[i], c = r[i | 2];
+        r[i] = __builtin_shufflevector(a, c, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+        r[i | 2] = __builtin_shufflevector(a, c, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+    }
+    for (int i = 0; i < LANES; i++) {
+        if (i & 1) continue;
+        const v16f a = r[i], c = r[i | 1];
+        r[i] = __builtin_shufflevector(a, c, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+        r[i | 1] = __builtin_shufflevector(a, c, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+    }
 }
 
 #endif
