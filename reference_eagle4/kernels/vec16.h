@@ -49,32 +49,28 @@ static inline v16f exp_nonpositive(v16f x) {
 }
 
 /* Transpose 16 rows of 16 lanes in place (r[i][j] becomes r[j][i]): four butterfly stages, each swapping
- * the off-diagonal blocks of size 8, 4, 2, 1 between row pairs; 64 two-source shuffles in all. */
+ * the off-diagonal blocks of size b = 8, 4, 2, 1 between rows i and i + b; 64 two-source shuffles in all. */
+#define TRANSPOSE_LO8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define TRANSPOSE_HI8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+#define TRANSPOSE_LO4 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
+#define TRANSPOSE_HI4 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
+#define TRANSPOSE_LO2 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
+#define TRANSPOSE_HI2 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
+#define TRANSPOSE_LO1 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
+#define TRANSPOSE_HI1 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
+#define TRANSPOSE_STAGE(b, lo, hi)                                    \
+    for (int i = 0; i < LANES; i++) {                                 \
+        if (i & (b)) continue;                                        \
+        const v16f a = r[i], c = r[i | (b)];                          \
+        r[i] = __builtin_shufflevector(a, c, lo);                     \
+        r[i | (b)] = __builtin_shufflevector(a, c, hi);               \
+    }
+
 static inline void transpose16(v16f r[LANES]) {
-    for (int i = 0; i < LANES; i++) {
-        if (i & 8) continue;
-        const v16f a = r[i], c = r[i | 8];
-        r[i] = __builtin_shufflevector(a, c, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
-        r[i | 8] = __builtin_shufflevector(a, c, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-    }
-    for (int i = 0; i < LANES; i++) {
-        if (i & 4) continue;
-        const v16f a = r[i], c = r[i | 4];
-        r[i] = __builtin_shufflevector(a, c, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
-        r[i | 4] = __builtin_shufflevector(a, c, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
-    }
-    for (int i = 0; i < LANES; i++) {
-        if (i & 2) continue;
-        const v16f a = r[i], c = r[i | 2];
-        r[i] = __builtin_shufflevector(a, c, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
-        r[i | 2] = __builtin_shufflevector(a, c, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
-    }
-    for (int i = 0; i < LANES; i++) {
-        if (i & 1) continue;
-        const v16f a = r[i], c = r[i | 1];
-        r[i] = __builtin_shufflevector(a, c, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
-        r[i | 1] = __builtin_shufflevector(a, c, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
-    }
+    TRANSPOSE_STAGE(8, TRANSPOSE_LO8, TRANSPOSE_HI8)
+    TRANSPOSE_STAGE(4, TRANSPOSE_LO4, TRANSPOSE_HI4)
+    TRANSPOSE_STAGE(2, TRANSPOSE_LO2, TRANSPOSE_HI2)
+    TRANSPOSE_STAGE(1, TRANSPOSE_LO1, TRANSPOSE_HI1)
 }
 
 #endif
