@@ -33,6 +33,14 @@ def _hashes(tokens: np.ndarray, n: int) -> np.ndarray:
     return h
 
 
+def _suffix_hash(history: np.ndarray, n: int) -> np.uint64:
+    """`_hashes` of the last n tokens alone, in Python integers (an array pass costs more for one n-gram)."""
+    h = 0
+    for t in history[-n:].tolist():
+        h = (h * int(_MUL) + t + 1) & 0xFFFFFFFFFFFFFFFF
+    return np.uint64(h)
+
+
 class Datastore:
     """Longest-suffix retrieval over a token corpus; `draft` returns the majority continuation."""
 
@@ -77,7 +85,7 @@ class Datastore:
             keys = self._keys.get(n)
             if keys is None:
                 continue
-            key = _hashes(np.asarray(history[-n:], dtype=np.int64), n)[0]
+            key = _suffix_hash(history, n)
             lo, hi = np.searchsorted(keys, key, "left"), np.searchsorted(keys, key, "right")
             if lo == hi:
                 continue
@@ -90,11 +98,16 @@ class Datastore:
 
     def _majority(self, pos: np.ndarray, length: int) -> list[int]:
         out: list[int] = []
-        for _ in range(length):
+        while len(out) < length:
             pos = pos[pos < len(self.tokens)]
             toks = self.tokens[pos]
             toks, pos = toks[toks != BOUNDARY], pos[toks != BOUNDARY]
             if not len(toks):
+                break
+            if len(pos) == 1:          # one occurrence left: the rest of its response (most steps end here)
+                rest = self.tokens[pos[0]: pos[0] + length - len(out)]
+                end = np.flatnonzero(rest == BOUNDARY)
+                out.extend(rest[: end[0] if len(end) else len(rest)].tolist())
                 break
             values, counts = np.unique(toks, return_counts=True)
             best = values[np.argmax(counts)]

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from reference_eagle4.proposers.base import Proposer, register
 from reference_eagle4.tree import DraftTree
@@ -20,10 +19,18 @@ def lookup(history: np.ndarray, n_max: int, n_min: int, length: int,
            matches: int) -> tuple[int, list[list[int]]]:
     """(n, continuations): the length of the longest suffix that occurred before and what followed its
     occurrences, most recent first; (0, []) without a match."""
-    for n in range(min(n_max, len(history) - 1), n_min - 1, -1):
-        suffix = history[-n:]
-        windows = sliding_window_view(history[:-1], n)
-        starts = np.flatnonzero((windows == suffix).all(axis=1))[::-1]
+    L = len(history)
+    top = min(n_max, L - 1)
+    if top < max(n_min, 1):
+        return 0, []
+    # earlier occurrences of the last token, then how far back each one's match with the suffix reaches
+    ends = np.flatnonzero(history[:-1] == history[-1])
+    reach = np.ones(len(ends), dtype=np.int64)
+    for k in range(1, top):
+        before = ends - k
+        reach += (reach == k) & (before >= 0) & (history[np.maximum(before, 0)] == history[L - 1 - k])
+    for n in range(top, n_min - 1, -1):
+        starts = (ends[reach >= n] - n + 1)[::-1]
         found: list[list[int]] = []
         for s in starts:
             cont = history[s + n: s + n + length].tolist()
