@@ -167,7 +167,7 @@ class Eagle4Proposer(Proposer):
         self.cache.ensure(seq.slot + 1, P + 1)
         self.cache.reset(seq.slot)
         if P > 1:       # all but the last pair now (alone); the last one rides with the next batched catch-up
-            self._catch_up([seq.slot], [feats[:-1]], [toks[:-1]])
+            self._catch_up([seq.slot], [feats[:-1]], [toks[:-1]], last=False)
         seq.state = (feats[-1:], toks[-1:])
 
     def accepted(self, seq: "Sequence", path: list[int], hidden: list[Tensor]) -> None:
@@ -205,8 +205,13 @@ class Eagle4Proposer(Proposer):
         idx = torch.tensor(slots, device=c.k.device)
         return c.k[idx], c.v[idx], c.pos[idx]
 
-    def _catch_up(self, slots: list[int], feats: list[Tensor], toks: list[Tensor]) -> Tensor:
-        """Process pending (feature, next token) pairs for each slot; return the last row's hidden [B, H]."""
+    def _catch_up(self, slots: list[int], feats: list[Tensor], toks: list[Tensor],
+                  last: bool = True) -> Tensor | None:
+        """Process pending (feature, next token) pairs for each slot: their keys and values join the slot's
+        cache. With `last`, also return the last pair's pre-norm output [B, H], which the first draft level
+        reads. The other pairs' outputs feed nothing (a one-layer drafter's keys and values come from its
+        inputs alone), so only the last pair attends and runs the MLP: at C = 8 the MLP of the padded rows
+        was most of a catch-up, and a prompt's catch-up needs no attention at all."""
         d, c = self.drafter, self.cache
         B = len(slots)
         lens = [f.shape[0] for f in feats]
@@ -232,18 +237,20 @@ class Eagle4Proposer(Proposer):
         pos = start[:, None] + steps[None, :]
         h, xin = d.inputs(x, tok, fuse=True)
         q, k, v = d.project(xin, pos)
-        rk, rv, rpos = self._ring(slots)
-        new_vis = steps[None, :, None] >= steps[None, None, :]                      # causal [1, T, T]
-        W = d.cfg.window
-        if W is not None:
-            new_vis = new_vis & (steps[None, :, None] - steps[None, None, :] < W)
-        new_vis = new_vis & (valid[:, None, :] | torch.eye(T, dtype=torch.bool, device=dev)[None])
-        mask = torch.cat([self._window_mask(rpos, pos), new_vis.expand(B, T, T)], dim=-1).unsqueeze(1)
-        attn = d.attend(q, torch.cat([rk, k.to(dt)], 2), torch.cat([rv, v.to(dt)], 2), mask)
-        out = d.finish(h, attn)
+        out = None
+        if last:
+            rk, rv, rpos = self._ring(slots)
+            b, t = torch.arange(B, device=dev), n - 1
+            qpos = pos[b, t][:, None]                                                 # [B, 1]
+            W = d.cfg.window
+            new_vis = valid if W is None else valid & (steps[None, :] > t[:, None] - W)   # [B, T]
+            mask = torch.cat([self._window_mask(rpos, qpos), new_vis[:, None, :]], dim=-1).unsqueeze(1)
+            attn = d.attend(q[b, :, t].unsqueeze(2), torch.cat([rk, k.to(dt)], 2), torch.cat([rv, v.to(dt)], 2),
+                            mask)
+            out = d.finish(h[b, t].unsqueeze(1), attn)[:, 0]
         c.write(slot_t, pos, valid, k, v)
         c.next[slot_t] = start + n
-        return out[torch.arange(B, device=dev), n - 1]
+        return out
 
     def propose(self, seqs: list["Sequence"]) -> list[DraftTree]:  # type: ignore[override]
         self._need_bound()
