@@ -84,8 +84,9 @@ class CostTable:
         return cls(**json.loads(Path(path).read_text()))
 
 
-# Bumped when a change to the engine moves its step costs (so a table timed before is not used): 2 = exact
-# linears pad blocks to 4 rows, which made a 1-token step cheaper than the 2-row one tables had timed.
+# Bumped when a change to the engine moves its step costs (so a table timed before is not used). 2: exact
+# linears pad blocks to 4 rows (a 1-token step got cheaper than the 2-row one tables had timed) and the
+# attention kernel transposes keys as tiles (cheaper at every size, most at one token and large batches).
 COSTS_REVISION = 2
 
 
