@@ -27,3 +27,21 @@ def test_calibrating_a_model_writes_a_table_found_by_its_key(tiny_target, tmp_pa
     again = find_table(table.key, tmp_path)
     assert again is not None and again.verify_ms == table.verify_ms
     assert find_table({**table.key, "threads": 99}, tmp_path) is None
+
+
+def test_step_sizes_are_timed_in_rounds_so_drift_touches_each_alike():
+    """A 1-token step timed during a slow minute must not look dearer than a 4-token one timed later."""
+    from reference_eagle4.calibration import interleaved_ms
+
+    calls: list[str] = []
+    samples = interleaved_ms([lambda: calls.append("a"), lambda: calls.append("b")], repeats=3, warmup=1)
+    assert calls == ["a", "b"] + ["a", "b"] * 3               # warm-up each, then a round of each
+    assert [len(s) for s in samples] == [3, 3]
+
+
+def test_a_table_from_an_older_engine_revision_is_not_used(tiny_target, tmp_path):
+    model = load_transformer(tiny_target)
+    table = calibrate(model, batches=(1,), contexts=(16,), tokens=(1,), repeats=1)
+    table.save(tmp_path / f"{slug(table.key)}.json")
+    assert find_table(table.key, tmp_path) is not None
+    assert find_table({**table.key, "revision": table.key["revision"] - 1}, tmp_path) is None

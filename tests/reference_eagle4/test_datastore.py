@@ -26,6 +26,12 @@ def test_no_match_or_continuation_crosses_a_response_boundary():
     assert ds.draft(np.array([3, 4]), 3) == (2, [5])         # the draft stops at the end of its response
 
 
+def test_a_single_occurrence_drafts_the_rest_of_its_response():
+    ds = Datastore.from_responses([[1, 2, 3, 4, 5, 6], [7, 8, 9]], vocab_size=16, max_n=3, min_n=2)
+    assert ds.draft(np.array([0, 2, 3]), 2) == (2, [4, 5])                  # cut at the length asked for
+    assert ds.draft(np.array([0, 2, 3]), 9) == (2, [4, 5, 6])               # and at the response's end
+
+
 def test_save_load_round_trip_keeps_drafts(tmp_path):
     rng = np.random.default_rng(0)
     responses = [rng.integers(0, 50, size=int(rng.integers(5, 40))).tolist() for _ in range(30)]
