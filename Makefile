@@ -38,7 +38,7 @@ test: setup browser
 test-slow: setup
 	$(PY) -m pytest -q -m slow
 
-# The reference comparison behind README's table (20 min on a 2-core Zen 4 machine, up to ~1.5 h on others): calibrates this machine once
+# The reference comparison behind README's table (20-25 min on a 2-core Zen 4 machine, up to ~1.5 h on others): calibrates this machine once
 # (a few minutes), then runs every method interleaved with vanilla at C = 1 and 8 on prompt-enhancement
 # (L = 4, 8, 16) and on the general set (L = 8, 16), and renders both into reports/.
 demo: setup
