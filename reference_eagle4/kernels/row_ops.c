@@ -120,15 +120,16 @@ static inline void offer(Entry *h, int k, float v, int64_t i) {
  * first); 1 <= k <= n. First pass: each block of 256 values' maximum. The k-th largest block maximum is a
  * value that at least k entries reach, so only the entries at or above it can be among the k largest; the
  * second pass collects those (a few hundred of 32k in a row of logits) and a min-heap of k keeps the
- * best of them. Rows with fewer than k blocks take every entry as a candidate. */
+ * best of them. Rows with fewer than k blocks take every entry as a candidate. k is at most 4096 (the
+ * heap lives on the thread's stack; row_ops.py keeps larger k in PyTorch). */
 void rows_topk(const void *x, int bf16, int64_t rows, int64_t n, int64_t ld, int k, int64_t *idx) {
     #pragma omp parallel for schedule(static) if (rows > 1)
     for (int64_t r = 0; r < rows; r++) {
         const void *row = row_at(x, bf16, r, ld);
         const int64_t nblk = n / BLOCK;
         float bound = -INFINITY;
-        if (nblk >= k) {
-            Entry *bm = malloc((size_t)k * sizeof(Entry));   /* the k largest block maxima, a min-heap */
+        Entry *bm = nblk >= k ? malloc((size_t)k * sizeof(Entry)) : NULL;  /* the k largest block maxima */
+        if (bm != NULL) {                                /* (without it every entry is a candidate) */
             for (int64_t b = 0; b < nblk; b++) {
                 v16f m = load16(row, bf16, b * BLOCK);
                 for (int64_t i = b * BLOCK + LANES; i < (b + 1) * BLOCK; i += LANES) m = max16(load16(row, bf16, i), m);

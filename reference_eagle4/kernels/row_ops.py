@@ -21,6 +21,7 @@ from torch import Tensor
 from reference_eagle4.kernels.cpu_build import load
 
 SOURCE = Path(__file__).with_name("row_ops.c")
+MAX_TOPK = 4096            # rows_topk keeps its heap on the thread stack
 
 
 @functools.cache
@@ -74,7 +75,7 @@ def entropy(x: Tensor) -> Tensor:
 def topk_indices(x: Tensor, k: int) -> Tensor:
     """x.topk(k, dim=-1).indices: the k largest, largest first."""
     m = _rows(x)
-    if m is None or not 1 <= k <= m.shape[1]:
+    if m is None or not 1 <= k <= min(m.shape[1], MAX_TOPK):
         return x.topk(k, dim=-1).indices
     out = torch.empty(m.shape[0], k, dtype=torch.long)
     library().rows_topk(*_args(m), k, out.data_ptr())
