@@ -56,3 +56,18 @@ def test_views_batches_and_the_pytorch_path_agree(monkeypatch):
     assert torch.equal(c[0], t[0])
     torch.testing.assert_close(c[1], t[1], rtol=1e-4, atol=1e-4)
     assert torch.equal(x.gather(-1, c[2]), x.gather(-1, t[2]))
+
+
+def test_the_kernel_bench_times_an_attention_baseline_side_by_side(tmp_path):
+    """`cpu_bench --attention-baseline OLD.c`: another copy of the kernel is built, timed in the same rounds,
+    and its outputs checked against this one's (the same source here: equal)."""
+    import shutil
+
+    from reference_eagle4.kernels import cpu_bench
+    from reference_eagle4.kernels.exact_attention_cpu import SOURCE
+
+    for name in (SOURCE.name, "vec16.h"):
+        shutil.copy(SOURCE.with_name(name), tmp_path / name)
+    rows = cpu_bench.attention_rows(context=40, repeats=1, baseline=tmp_path / SOURCE.name)
+    assert len(rows) == 2 + 8 and all(r.count("|") == 5 for r in rows[2:]), rows
+    assert not any("differ" in r for r in rows)
