@@ -138,13 +138,7 @@ def table_for(model: Transformer, who: str) -> tuple[CostTable, str]:
 
 
 def median_ms(fn: Callable[[], Any], repeats: int, warmup: int) -> tuple[float, list[float]]:
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - t0) * 1000)
+    samples = interleaved_ms([fn], repeats, warmup)[0]
     return statistics.median(samples), samples
 
 

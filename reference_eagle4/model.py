@@ -216,9 +216,9 @@ class PackedLinear(nn.Module):
         projection), and bf16 calls of more than 32 rows take AMX kernels where the CPU has them. Between
         2 and 32 rows every CPU seen computes each row alike, so calls go in blocks of at most 32 and a
         block of fewer than MIN_ROWS rows is padded up to MIN_ROWS: one row must not run alone, and oneDNN's
-        kernels for 2 or 3 rows are slower than its 4-row one (all of a layer's 30 projections and the LM
-        head: 15.7 ms at 2 rows, 13.5 ms at 4, on a Zen 4 VM; BENCHMARKS.md), so a decoding step pays
-        for 4."""
+        kernels for 2 or 3 rows are slower than its 4-row one (`linear_bench`, Zen 4: the MLP's gate/up
+        projection over 30 layers 8.7 ms at 2 rows, 5.9 ms at 4; BENCHMARKS.md session 12), so a decoding
+        step pays for 4."""
         rows = x.reshape(-1, x.shape[-1])
         if rows.shape[0] <= self.ROW_BLOCK:       # a decoding or verification step: one call, no split
             out = self._block(rows)

@@ -84,9 +84,8 @@ def row_rows(repeats: int) -> list[str]:
         if k:
             pairs = [("top-64", lambda: row_ops.topk_indices(x, k), lambda: x.topk(k, dim=-1).indices)]
         else:
-            pairs = [("argmax", lambda: row_ops.argmax(x), lambda: x.float().argmax(-1)),
-                     ("entropy", lambda: row_ops.entropy(x),
-                      lambda: (lambda lp: -(lp.exp() * lp).sum(-1))(x.float().log_softmax(-1)))]
+            pairs = [("argmax", lambda: row_ops.argmax(x), lambda: row_ops.argmax_torch(x)),
+                     ("entropy", lambda: row_ops.entropy(x), lambda: row_ops.entropy_torch(x))]
         for name, ours, theirs in pairs:
             a, b = _us([ours, theirs], repeats)
             out.append(f"| {name} | {rows} x {width} | {a:.0f} | {b:.0f} |")

@@ -39,19 +39,11 @@ static int grow(void **buf, size_t *cap, size_t bytes) {
     return *buf != NULL;
 }
 
-static inline float bf16_value(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
+/* D values (a multiple of 16) from element offset on, as fp32 */
 static inline void load_row(const void *base, int bf16, int64_t offset, int D, float *dst) {
-    if (bf16) {
-        const uint16_t *src = (const uint16_t *)base + offset;
-        for (int d = 0; d < D; d++) dst[d] = bf16_value(src[d]);
-    } else {
-        memcpy(dst, (const float *)base + offset, (size_t)D * sizeof(float));
+    for (int d = 0; d < D; d += LANES) {
+        const v16f x = load16(base, bf16, offset + d);
+        memcpy(dst + d, &x, sizeof x);
     }
 }
 

@@ -51,11 +51,21 @@ def _args(m: Tensor) -> list:
     return [m.data_ptr(), int(m.dtype == torch.bfloat16), m.shape[0], m.shape[1], m.stride(0)]
 
 
+def argmax_torch(x: Tensor) -> Tensor:
+    """PyTorch's argmax, over fp32 (its bf16 argmax is a scalar loop; the conversion is exact)."""
+    return x.float().argmax(-1)
+
+
+def entropy_torch(x: Tensor) -> Tensor:
+    logp = x.float().log_softmax(-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
 def argmax(x: Tensor) -> Tensor:
     """x.argmax(-1) (int64)."""
     m = _rows(x)
     if m is None:
-        return x.float().argmax(-1)
+        return argmax_torch(x)
     out = torch.empty(m.shape[0], dtype=torch.long)
     library().rows_argmax(*_args(m), out.data_ptr())
     return out.view(x.shape[:-1])
@@ -65,8 +75,7 @@ def entropy(x: Tensor) -> Tensor:
     """The entropy (nats) of softmax(x) along the last dimension, fp32."""
     m = _rows(x)
     if m is None:
-        logp = x.float().log_softmax(-1)
-        return -(logp.exp() * logp).sum(-1)
+        return entropy_torch(x)
     out = torch.empty(m.shape[0], dtype=torch.float32)
     library().rows_entropy(*_args(m), out.data_ptr())
     return out.view(x.shape[:-1])
