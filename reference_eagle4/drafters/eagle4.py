@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from reference_eagle4.kernels import row_ops
+from reference_eagle4.kernels.lowrank_head_cpu import LowrankHeadCPU
 from reference_eagle4.model import ModelArgs, RMSNorm, apply_rope, packed
 
 HEADS = ("lowrank", "full")
@@ -183,6 +184,7 @@ class Eagle4Drafter(nn.Module):
         self.head_weight: Tensor | None = None       # [V_draft, H]: rows for the exact logits
         self.full_head: nn.Module | None = None      # a (packed) linear producing all V_draft logits
         self.lowrank_ready = False                   # A, B hold trained or SVD values
+        self.cpu_head: LowrankHeadCPU | None = None  # the head as one C call (made by `pack` on the CPU)
         self.reset_parameters()
 
     def reset_parameters(self, std: float = 0.02, generator: torch.Generator | None = None) -> None:
@@ -249,6 +251,8 @@ class Eagle4Drafter(nn.Module):
         """Prepack the drafter's own linears for oneDNN (inference only; a no-op off CPU)."""
         if not torch.backends.mkldnn.is_available() or self.qkv.weight.device.type != "cpu":
             return self
+        if self.cfg.head == "lowrank" and self.head_weight is not None and isinstance(self.lr_a, nn.Linear):
+            self.cpu_head = LowrankHeadCPU.create(self.lr_a.weight, self.lr_b.weight, self.head_weight)
         for name in ("fc", "qkv", "o", "gate_up", "down", "lr_a", "lr_b"):
             lin = getattr(self, name)
             if isinstance(lin, nn.Linear):
@@ -284,11 +288,12 @@ class Eagle4Drafter(nn.Module):
     @staticmethod
     def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
         """Attention of q [B, nq, T, hd] over k, v [B, nkv, S, hd], mask [B, 1, T, S] (True = visible; every
-        row sees at least one key). For a batch on the CPU, grouped matmuls: PyTorch's SDPA takes 0.9-1.4
-        ms there for 8 sequences of 1-3 queries over a 256-key window, the matmuls 0.25-0.35 ms (for one
-        sequence SDPA is the faster, 0.12 ms)."""
+        row sees at least one key). On the CPU, grouped matmuls except for one sequence of several queries:
+        over a 256-key window PyTorch's SDPA takes 0.8-1.3 ms for 8 sequences of 1-8 queries (the matmuls
+        0.3-0.6 ms) and 0.20 ms for one query of one sequence (0.11 ms), but 0.11 ms for one sequence of 8
+        queries (0.18 ms)."""
         B, H, T, D = q.shape
-        if B == 1 or q.is_cuda:
+        if q.is_cuda or (B == 1 and T > 1):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
         KV, S = k.shape[1], k.shape[2]
         G = H // KV
@@ -321,16 +326,18 @@ class Eagle4Drafter(nn.Module):
         hn = self.norm(h)
         if self.cfg.head == "lowrank":
             K = min(max(self.cfg.topk_candidates, k), self.cfg.draft_vocab)
-            if hn.is_cuda and isinstance(self.lr_a, nn.Linear):      # fused Triton kernel (kernels/)
-                from reference_eagle4.kernels.lowrank_head import lowrank_topk
-                exact, cand = lowrank_topk(hn, self.lr_a.weight.T, self.lr_b.weight.T, self.head_weight, K)
+            if self.cpu_head is not None:                                  # one C call (kernels/)
+                val, idx = self.cpu_head(hn, K, k)
             else:
-                cand = row_ops.topk_indices(self.lowrank_scores(hn), K)          # [N, K]
-                rows = self.head_weight[cand]                                     # [N, K, H]
-                exact = torch.bmm(rows, hn.to(rows.dtype).unsqueeze(-1)).squeeze(-1).float()
-            logp = exact.float().log_softmax(-1)
-            val, pos = logp.topk(k, dim=-1)
-            idx = cand.gather(1, pos)
+                if hn.is_cuda and isinstance(self.lr_a, nn.Linear):       # fused Triton kernel (kernels/)
+                    from reference_eagle4.kernels.lowrank_head import lowrank_topk
+                    exact, cand = lowrank_topk(hn, self.lr_a.weight.T, self.lr_b.weight.T, self.head_weight, K)
+                else:
+                    cand = row_ops.topk_indices(self.lowrank_scores(hn), K)          # [N, K]
+                    rows = self.head_weight[cand]                                     # [N, K, H]
+                    exact = torch.bmm(rows, hn.to(rows.dtype).unsqueeze(-1)).squeeze(-1)
+                val, pos = exact.float().log_softmax(-1).topk(k, dim=-1)
+                idx = cand.gather(1, pos)
         else:
             logp = self.full_logits(hn).float().log_softmax(-1)
             val, idx = logp.topk(k, dim=-1)

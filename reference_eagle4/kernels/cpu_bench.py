@@ -3,7 +3,10 @@
 Exact attention (`exact_attention.c`) for one layer of the default target (9 query heads, 3 key heads,
 head size 64) at a given context, for one sequence and for a batch, at several tokens per sequence; and
 the row kernels (`row_ops.c`) beside the PyTorch calls they replace, on rows as wide as the target's
-vocabulary (argmax, entropy) and the drafter's (top-64). Medians of interleaved rounds, microseconds:
+vocabulary (argmax, entropy) and the drafter's (top-64); and the drafter's low-rank head (`lowrank_head.c`)
+beside its PyTorch path, at the default drafter's shapes with random weights, with warm caches and after
+64 MB of other traffic (as after a target forward, which is when a step calls it). Medians of interleaved
+rounds, microseconds:
 on a noisy VM only side-by-side figures compare, so `--attention-baseline OLD.c` times another version of
 the attention kernel in the same rounds.
 """
@@ -12,11 +15,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import time
 from pathlib import Path
 
 import torch
 
 from reference_eagle4.calibration import interleaved_ms
+from reference_eagle4.drafters.eagle4 import Eagle4Config, Eagle4Drafter
 from reference_eagle4.kernels import row_ops
 from reference_eagle4.kernels.exact_attention_cpu import exact_attention_cpu
 from reference_eagle4.kernels.exact_attention_cpu import library as attention_library
@@ -92,6 +97,40 @@ def row_rows(repeats: int) -> list[str]:
     return out
 
 
+def head_rows(repeats: int) -> list[str]:
+    cfg = Eagle4Config(hidden_size=576, num_attention_heads=9, num_key_value_heads=3, head_dim=64,
+                       intermediate_size=1536, vocab_size=49152, target_hidden_size=576, draft_vocab_size=32768)
+    g = torch.Generator().manual_seed(0)
+    d = Eagle4Drafter(cfg).bfloat16()
+    d.attach(torch.randn(49152, 576, generator=g).bfloat16(), (torch.randn(49152, 576, generator=g) / 24).bfloat16())
+    d.pack()
+    c_head = d.cpu_head
+    if c_head is None:
+        return ["(the low-rank head kernel could not be built here)"]
+    traffic = torch.zeros(64 << 20, dtype=torch.uint8)
+
+    def timed(h, ours: bool, cold: bool) -> float:
+        """Microseconds of one call; with `cold`, after (not timing) 64 MB of other traffic."""
+        d.cpu_head = c_head if ours else None
+        if cold:
+            traffic.add_(1)
+        t0 = time.perf_counter()
+        d.topk(h, 8)
+        return 1e6 * (time.perf_counter() - t0)
+    out = ["| rows | caches | lowrank_head us | PyTorch us |", "|---|---|---|---|"]
+    for rows in (1, 8, 64):
+        h = torch.randn(rows, 576, generator=g).bfloat16()
+        for cold in (False, True):
+            samples: tuple[list[float], list[float]] = ([], [])
+            for _ in range(repeats * 5):              # interleaved, one call each at a time
+                for ours, got in ((True, samples[0]), (False, samples[1])):
+                    got.append(timed(h, ours, cold))
+            a, b = (statistics.median(x) for x in samples)
+            out.append(f"| {rows} | {'after 64 MB' if cold else 'warm'} | {a:.0f} | {b:.0f} |")
+    d.cpu_head = c_head
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--context", type=int, default=350, help="Cached tokens per sequence for attention.")
@@ -109,6 +148,8 @@ def main() -> None:
         print("\n".join(attention_rows(args.context, args.repeats, args.attention_baseline)))
         print()
         print("\n".join(row_rows(args.repeats)))
+        print()
+        print("\n".join(head_rows(args.repeats)))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@
 #include <omp.h>
 
 #include "vec16.h"
+#include "workspace.h"
 
 #define MAX_D 256
 
@@ -28,16 +29,6 @@ static float *work;
 static size_t work_cap;
 static int *iwork;
 static size_t iwork_cap;
-
-/* Buffers kept between calls (the engine calls once per layer and step); one caller at a time. */
-static int grow(void **buf, size_t *cap, size_t bytes) {
-    if (bytes > *cap) {
-        free(*buf);
-        *buf = malloc(bytes);
-        *cap = *buf ? bytes : 0;
-    }
-    return *buf != NULL;
-}
 
 /* D values (a multiple of 16) from element offset on, as fp32 */
 static inline void load_row(const void *base, int bf16, int64_t offset, int D, float *dst) {
@@ -67,14 +58,6 @@ static inline void fma_rows4(const float *x0, const float *x1, const float *x2, 
     memcpy(out[1], a1, sizeof a1);
     memcpy(out[2], a2, sizeof a2);
     memcpy(out[3], a3, sizeof a3);
-}
-
-static inline uint16_t bf16_round(float f) {       /* round to nearest even, as torch's .to(bfloat16) */
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
 }
 
 /* One call's arguments (see exact_attention). */

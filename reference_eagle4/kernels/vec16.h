@@ -24,6 +24,14 @@ static inline v16f load16(const void *row, int bf16, int64_t i) {
     return f;
 }
 
+static inline uint16_t bf16_round(float f) {       /* round to nearest even, as torch's .to(bfloat16) */
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
 /* a where mask (all ones) else b, lane by lane (GCC's C has no vector ?:) */
 static inline v16f select16(v16i mask, v16f a, v16f b) {
     return (v16f)(((v16i)a & mask) | ((v16i)b & ~mask));

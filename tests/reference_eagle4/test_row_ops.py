@@ -66,8 +66,8 @@ def test_the_kernel_bench_times_an_attention_baseline_side_by_side(tmp_path):
     from reference_eagle4.kernels import cpu_bench
     from reference_eagle4.kernels.exact_attention_cpu import SOURCE
 
-    for name in (SOURCE.name, "vec16.h"):
-        shutil.copy(SOURCE.with_name(name), tmp_path / name)
+    for path in (SOURCE, *SOURCE.parent.glob("*.h")):
+        shutil.copy(path, tmp_path / path.name)
     rows = cpu_bench.attention_rows(context=40, repeats=1, baseline=tmp_path / SOURCE.name)
     assert len(rows) == 2 + 8 and all(r.count("|") == 5 for r in rows[2:]), rows
     assert not any("differ" in r for r in rows)
