@@ -10,9 +10,11 @@ batch, by measurement rather than by hand-set constants.
 Retrieval drafts join the candidates, each merged into the drafter's tree as one more branch (a node the
 drafter also proposed keeps the higher of the two probabilities) and priced by the acceptance the run has
 measured for its source at that depth and match length; the planner then ranks drafter and retrieved
-nodes alike. Two sources: prompt lookup (`lookup`, on by default), the continuation of the context's
+nodes alike. Two sources: prompt lookup (`lookup`, on by default), the continuations of the context's
 longest earlier match, since prompt-enhancement answers copy whole phrases from the user's prompt, which a
-one-layer drafter predicts poorly; and the datastore (`datastore`, the one shipped for the default target
+one-layer drafter predicts poorly (the most recent occurrence's, and up to `lookup_matches` - 1 other
+distinct ones, priced apart as "context-alt": where the phrase occurred more than once, the target often
+takes another occurrence's continuation); and the datastore (`datastore`, the one shipped for the default target
 unless `off` or another folder), the majority continuation of the context's longest suffix among the
 target's own responses to training prompts, since a small target repeats its stock phrases across
 prompts. Where a source misses, its measured rate falls and the planner drops its drafts.
@@ -36,7 +38,7 @@ from reference_eagle4.proposers.eagle4 import Eagle4Proposer
 from reference_eagle4.proposers.ngram import LookupAcceptance, lookup
 from reference_eagle4.weights import sha256_file
 
-Draft = tuple[str, int, list[int]]   # (source: "context" or "datastore", suffix match length, draft tokens)
+Draft = tuple[str, int, list[int]]   # (source: "context", "context-alt" or "datastore", match length, tokens)
 
 if TYPE_CHECKING:
     from reference_eagle4.engine import Sequence
@@ -52,18 +54,21 @@ class Eagle4Harness(Eagle4Proposer):
     default_top_k = 8
 
     def __init__(self, budget: int, table: CostTable | str | None = None, lookup: Any = True,
-                 lookup_max_n: int = 3, datastore: str | None = None, per_sequence: Any = False,
-                 **options: Any) -> None:
+                 lookup_max_n: int = 3, lookup_matches: int = 3, datastore: str | None = None,
+                 per_sequence: Any = False, **options: Any) -> None:
         options.setdefault("depth", max(budget - 1, 1))
         super().__init__(budget, **options)
         self.lookup = flag_option(lookup)
         self.per_sequence = flag_option(per_sequence)   # on: tree sizes per sequence (see harness.py)
         self.lookup_max_n = int(lookup_max_n)
+        self.lookup_matches = int(lookup_matches)
+        if self.lookup_matches < 1:
+            raise ValueError(f"lookup_matches must be >= 1, got {lookup_matches}")
         self._datastore_given = False
         self.datastore_path, self.datastore = self._load_datastore(datastore)
         depth = max(budget - 1, 1)
         # measured acceptance per draft source: drafts from the context and from the datastore differ
-        self.acceptance = {"context": LookupAcceptance(self.lookup_max_n, depth)}
+        self.acceptance = {source: LookupAcceptance(self.lookup_max_n, depth) for source in ("context", "context-alt")}
         if self.datastore is not None:
             self.acceptance["datastore"] = LookupAcceptance(self.datastore.max_n, depth)
         self._step_drafts: list[list[Draft]] = []     # this step's retrieval drafts, per sequence
@@ -105,6 +110,7 @@ class Eagle4Harness(Eagle4Proposer):
         return {**super().config(), "cost_table": self.table_source,
                 "cost_table_key": self.table.key if self.table else None,
                 "lookup": self.lookup, "lookup_max_n": self.lookup_max_n if self.lookup else None,
+                "lookup_matches": self.lookup_matches if self.lookup else None,
                 "datastore": str(self.datastore_path) if self.datastore_path else None,
                 "datastore_sha256": sha256_file(self.datastore_path / "tokens.npy") if self.datastore_path else None,
                 "per_sequence": self.per_sequence}
@@ -126,13 +132,12 @@ class Eagle4Harness(Eagle4Proposer):
             self.acceptance[source].observe(n, draft, seq.tokens[-len(path):])
 
     def _retrieve(self, history: np.ndarray, length: int) -> list[Draft]:
-        """The continuation of the context's longest earlier match and the datastore's majority continuation
-        of the longest suffix it holds, when it differs."""
+        """The distinct continuations of the context's longest earlier match (most recent first) and the
+        datastore's majority continuation of the longest suffix it holds, when it differs."""
         found: list[Draft] = []
         if self.lookup:
-            n, conts = lookup(history, self.lookup_max_n, 1, length, 1)
-            if conts:
-                found.append(("context", n, conts[0]))
+            n, conts = lookup(history, self.lookup_max_n, 1, length, self.lookup_matches)
+            found += [("context" if i == 0 else "context-alt", n, cont) for i, cont in enumerate(conts)]
         if self.datastore is not None:
             n, draft = self.datastore.draft(history, length)
             if draft and all(draft != f[2][: len(draft)] for f in found):
