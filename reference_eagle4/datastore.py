@@ -97,22 +97,27 @@ class Datastore:
         return 0, []
 
     def _majority(self, pos: np.ndarray, length: int) -> list[int]:
+        """Token by token, the value most of the occurrences still agreeing so far continue with (the lowest
+        id on a tie), until one occurrence is left (then the rest of its response) or none. The
+        continuations are gathered in one array pass and walked as lists: per-token array calls on a few
+        hundred occurrences cost ~0.2 ms a draft, a step's largest retrieval cost."""
+        at = pos[:, None] + np.arange(length)
+        rows = np.where(at < len(self.tokens), self.tokens[np.minimum(at, len(self.tokens) - 1)], BOUNDARY).tolist()
         out: list[int] = []
-        while len(out) < length:
-            pos = pos[pos < len(self.tokens)]
-            toks = self.tokens[pos]
-            toks, pos = toks[toks != BOUNDARY], pos[toks != BOUNDARY]
-            if not len(toks):
+        for d in range(length):
+            if len(rows) == 1:         # one occurrence left: the rest of its response (most steps end here)
+                rest = rows[0][d:]
+                out.extend(rest[: rest.index(BOUNDARY)] if BOUNDARY in rest else rest)
                 break
-            if len(pos) == 1:          # one occurrence left: the rest of its response (most steps end here)
-                rest = self.tokens[pos[0]: pos[0] + length - len(out)]
-                end = np.flatnonzero(rest == BOUNDARY)
-                out.extend(rest[: end[0] if len(end) else len(rest)].tolist())
+            counts: dict[int, int] = {}
+            for r in rows:
+                if r[d] != BOUNDARY:
+                    counts[r[d]] = counts.get(r[d], 0) + 1
+            if not counts:
                 break
-            values, counts = np.unique(toks, return_counts=True)
-            best = values[np.argmax(counts)]
-            out.append(int(best))
-            pos = pos[toks == best] + 1
+            best = max(counts.items(), key=lambda tc: (tc[1], -tc[0]))[0]
+            out.append(best)
+            rows = [r for r in rows if r[d] == best]
         return out
 
     def save(self, folder: str | Path, info: dict) -> Path:

@@ -19,6 +19,15 @@ def test_longest_suffix_wins_and_its_majority_continuation_is_drafted():
     assert ds.draft(np.array([3]), 3) == (0, [])             # shorter than min_n
 
 
+def test_a_tie_drafts_the_lower_id_and_occurrences_that_end_drop_out():
+    responses = [[2, 3, 9, 1], [2, 3, 5, 1, 4], [2, 3, 5]]
+    ds = Datastore.from_responses(responses, vocab_size=16, max_n=2, min_n=2)
+    # "2 3" -> 5 twice, 9 once; after "5" one occurrence ends, the other goes on alone
+    assert ds.draft(np.array([2, 3]), 4) == (2, [5, 1, 4])
+    tie = Datastore.from_responses([[2, 3, 9], [2, 3, 5]], vocab_size=16, max_n=2, min_n=2)
+    assert tie.draft(np.array([2, 3]), 2) == (2, [5])
+
+
 def test_no_match_or_continuation_crosses_a_response_boundary():
     ds = Datastore.from_responses([[1, 2], [3, 4, 5]], vocab_size=8, max_n=3, min_n=2)
     assert ds.draft(np.array([1, 2]), 3) == (0, [])          # "1 2" ends its response: nothing follows it
