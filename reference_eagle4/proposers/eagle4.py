@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
+from torch.nn.utils.rnn import pad_sequence
 
 from reference_eagle4.drafters import DEFAULT_EAGLE4
 from reference_eagle4.drafters.eagle4 import Eagle4Drafter, load_drafter
@@ -188,10 +189,11 @@ class Eagle4Proposer(Proposer):
             raise RuntimeError("EAGLE-4 proposer is not bound to a target (Engine binds it; or pass target=)")
 
     # -- drafting ----------------------------------------------------------------------------------------
-    def _window_mask(self, ctx_pos: Tensor, qpos: Tensor) -> Tensor:
-        """[B, Tq, R]: ring entry visible from a query at qpos [B, Tq] (filled, in the past, in the window)."""
+    def _window_mask(self, ctx_pos: Tensor, qpos: Tensor, inclusive: bool = False) -> Tensor:
+        """[B, Tq, R]: ring entry visible from a query at qpos [B, Tq] (filled, in the past (or the query's
+        own position when `inclusive`), in the window)."""
         kp = ctx_pos[:, None, :]
-        vis = (kp >= 0) & (kp < qpos[:, :, None])
+        vis = (kp >= 0) & ((kp <= qpos[:, :, None]) if inclusive else (kp < qpos[:, :, None]))
         W = self.drafter.cfg.window
         if W is not None:
             vis &= kp > qpos[:, :, None] - W
@@ -218,15 +220,8 @@ class Eagle4Proposer(Proposer):
         T = max(lens)
         dev = feats[0].device
         dt = c.dtype
-        if all(n == T for n in lens):
-            x = torch.stack(feats).to(dt)
-            tok = torch.stack(toks)
-        else:
-            x = torch.zeros(B, T, feats[0].shape[-1], dtype=dt, device=dev)
-            tok = torch.zeros(B, T, dtype=torch.long, device=dev)
-            for b, (f, t) in enumerate(zip(feats, toks)):
-                x[b, : f.shape[0]] = f
-                tok[b, : t.shape[0]] = t
+        x = pad_sequence(feats, batch_first=True).to(dt)                              # [B, T, 3H], zeros after
+        tok = pad_sequence(toks, batch_first=True)
         slot_t = torch.tensor(slots, device=dev)
         n = torch.tensor(lens, device=dev)
         steps = torch.arange(T, device=dev)
@@ -237,20 +232,15 @@ class Eagle4Proposer(Proposer):
         pos = start[:, None] + steps[None, :]
         h, xin = d.inputs(x, tok, fuse=True)
         q, k, v = d.project(xin, pos)
-        out = None
-        if last:
-            rk, rv, rpos = self._ring(slots)
-            b, t = torch.arange(B, device=dev), n - 1
-            qpos = pos[b, t][:, None]                                                 # [B, 1]
-            W = d.cfg.window
-            new_vis = valid if W is None else valid & (steps[None, :] > t[:, None] - W)   # [B, T]
-            mask = torch.cat([self._window_mask(rpos, qpos), new_vis[:, None, :]], dim=-1).unsqueeze(1)
-            attn = d.attend(q[b, :, t].unsqueeze(2), torch.cat([rk, k.to(dt)], 2), torch.cat([rv, v.to(dt)], 2),
-                            mask)
-            out = d.finish(h[b, t].unsqueeze(1), attn)[:, 0]
         c.write(slot_t, pos, valid, k, v)
         c.next[slot_t] = start + n
-        return out
+        if not last:
+            return None
+        # the slot's cache now holds the window of the last pair (a ring of W entries: exactly its window)
+        rk, rv, rpos = self._ring(slots)
+        b, t = torch.arange(B, device=dev), n - 1
+        mask = self._window_mask(rpos, pos[b, t][:, None], inclusive=True).unsqueeze(1)
+        return d.finish(h[b, t].unsqueeze(1), d.attend(q[b, :, t].unsqueeze(2), rk, rv, mask))[:, 0]
 
     def propose(self, seqs: list["Sequence"]) -> list[DraftTree]:  # type: ignore[override]
         self._need_bound()
