@@ -25,6 +25,7 @@ DEFAULT_BATCHES = (1, 2, 4, 8, 16)
 DEFAULT_CONTEXTS = (256, 1024, 2048)
 DEFAULT_TOKENS = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_WIDTHS = (1, 4, 8, 16)
+FINE_TOKENS, FINE_ROUNDS = 16, 3            # token counts timed in FINE_ROUNDS times the rounds (time_verification)
 
 
 def _interp(xs: list[int], x: float) -> tuple[int, int, float]:
@@ -87,8 +88,9 @@ class CostTable:
 # Bumped when a change to the engine moves its step costs (so a table timed before is not used). 2: exact
 # linears pad blocks to 4 rows (a 1-token step got cheaper than the 2-row one tables had timed) and the
 # attention kernel transposes keys as tiles (cheaper at every size, most at one token and large batches).
-# 3: the drafter's low-rank head is one C call (a draft level about 0.4-0.7 ms cheaper).
-COSTS_REVISION = 3
+# 3: the drafter's low-rank head is one C call (a draft level about 0.4-0.7 ms cheaper). 4: token counts up
+# to 16 are timed in 3x the rounds (tables timed before priced them from 3 rounds).
+COSTS_REVISION = 4
 
 
 def device_key(model: Transformer, parallelism: str = "single") -> dict[str, Any]:
@@ -164,17 +166,25 @@ def time_verification(model: Transformer, batches: tuple[int, ...], contexts: tu
                       tokens: tuple[int, ...], repeats: int = 3, warmup: int = 1,
                       on_point: Callable[[], None] | None = None) -> tuple[list, dict[str, list[float]]]:
     """verify_ms[b][c][t] for a batch of b sequences, each with c cached tokens, appending t tokens: the
-    token counts of one (batch, context) interleaved, medians over the rounds."""
+    token counts of one (batch, context) interleaved, medians over the rounds. Counts up to FINE_TOKENS
+    (the trees of budgets up to 16) take FINE_ROUNDS times the rounds: the planner's choices turn on
+    their ratios (at C = 8, 2 against 4 tokens), and 3 rounds on a noisy VM had priced 4 tokens at batch 8
+    at 2.0x one token where 15 rounds measured 1.6x (BENCHMARKS.md, session 13); the larger counts cost
+    two thirds of the time and matter only to larger budgets."""
     table: list[list[list[float]]] = []
     raw: dict[str, list[float]] = {}
+    fine = [t for t in tokens if t <= FINE_TOKENS]
+    coarse = [t for t in tokens if t > FINE_TOKENS]
     with torch.inference_mode():
         for b in batches:
             cache = model.new_cache(b, max(contexts) + max(tokens) + 1)
             rows = []
             for c in contexts:
                 cache.lengths[:] = c
-                ids = [torch.randint(0, model.args.vocab_size, (b, t)) for t in tokens]
-                samples = interleaved_ms([lambda x=x: model(x, cache) for x in ids], repeats, warmup)
+                calls = {t: (lambda x=torch.randint(0, model.args.vocab_size, (b, t)): model(x, cache)) for t in tokens}
+                timed = dict(zip(fine, interleaved_ms([calls[t] for t in fine], repeats * FINE_ROUNDS, warmup)))
+                timed |= dict(zip(coarse, interleaved_ms([calls[t] for t in coarse], repeats, warmup)))
+                samples = [timed[t] for t in tokens]
                 for t, ts in zip(tokens, samples):
                     raw[f"b{b}-c{c}-t{t}"] = ts
                     if on_point:
