@@ -4,9 +4,9 @@
  * matvec, log-softmax, top-k), run once or more per step right after a target forward has evicted every
  * weight from the caches: about 1 ms a call at one to eight rows, mostly fixed per-operator cost, while the
  * bytes it must read (the 64 x 32k factor B, 4 MB in bf16) take ~0.2 ms. Here, for each row n:
- *   u[n]      = A . hn[n]                       fp32 [r]
- *   s[n]      = u[n] . B                        fp32 [V]; B is read once for every 8 rows, in blocks
- *                                                [V / 16][r][16] so that 16 scores share each load
+ *   u[n]      = A . hn[n]                       [r], rounded to bf16
+ *   s[n]      = u[n] . B                        fp32 [V]; B is read once for every 8 rows, in blocks of
+ *                                                16 rows, rank pairs interleaved, so 16 scores share a load
  *   cand[n]   = the K best of s[n]              (topk.h)
  *   logit[n]  = W[cand] . hn[n]                 fp32: the exact logits of the candidates
  *   out[n]    = the k best of log_softmax(logit[n]), best first (equal values: the better score first)
@@ -100,10 +100,10 @@ int lowrank_topk(const void *hn, int hn_bf16, int64_t N, int64_t H, const void *
                  const void *W, int w_bf16, int64_t r, int64_t V, int K, int k, float *logp, int64_t *idx) {
     const int64_t nb = (V + LANES - 1) / LANES, ld = nb * LANES;
     const int64_t pairs = r / 2;
-    if (!grow((void **)&work, &work_cap, ((size_t)N * (H + r + ld + K + pairs)) * sizeof(float))
+    if (!grow((void **)&work, &work_cap, ((size_t)N * (H + ld + K + pairs)) * sizeof(float))
             || !grow((void **)&cand_buf, &cand_cap, (size_t)N * K * sizeof(int64_t)))
         return -1;
-    float *hf = work, *u = hf + (size_t)N * H, *s = u + (size_t)N * r, *lg = s + (size_t)N * ld;
+    float *hf = work, *s = hf + (size_t)N * H, *lg = s + (size_t)N * ld;
     uint32_t *ub = (uint32_t *)(lg + (size_t)N * K);              /* u's pairs in bf16 */
     #pragma omp parallel
     {
@@ -111,11 +111,11 @@ int lowrank_topk(const void *hn, int hn_bf16, int64_t N, int64_t H, const void *
         for (int64_t n = 0; n < N; n++)
             for (int64_t i = 0; i < H; i++) hf[n * H + i] = load1(hn, hn_bf16, n * H + i);
         #pragma omp for schedule(static)
-        for (int64_t n = 0; n < N; n++) {
-            float *un = u + n * r;
-            for (int64_t j = 0; j < r; j++) un[j] = dot(A, w_bf16, j * H, hf + n * H, H);
-            for (int64_t p = 0; p < pairs; p++)
-                ub[n * pairs + p] = (uint32_t)bf16_round(un[2 * p]) | (uint32_t)bf16_round(un[2 * p + 1]) << 16;
+        for (int64_t np = 0; np < N * pairs; np++) {
+            const float *h = hf + np / pairs * H;
+            const int64_t j = np % pairs * 2;
+            ub[np] = (uint32_t)bf16_round(dot(A, w_bf16, j * H, h, H))
+                     | (uint32_t)bf16_round(dot(A, w_bf16, (j + 1) * H, h, H)) << 16;
         }
         #pragma omp for schedule(static)
         for (int64_t b = 0; b < nb; b++)
