@@ -33,31 +33,49 @@ static size_t iwork_cap;
 /* D values (a multiple of 16) from element offset on, as fp32 */
 static inline void load_row(const void *base, int bf16, int64_t offset, int D, float *dst) {
     for (int d = 0; d < D; d += LANES) {
-        const v16f x = load16(base, bf16, offset + d);
-        memcpy(dst + d, &x, sizeof x);
+        store16(dst + d, load16(base, bf16, offset + d));
     }
 }
 
-/* out[r][l] = the chain fmaf(x_r[i], m[i * stride + l], .) over i = 0..n-1, for 4 rows r and 16 lanes l:
- * scores (x = a query, m = 16 keys transposed, n = D) and weighted values (x = softmax weights, m = 16
- * dimensions of the values, n = keys). Four independent chains hide the fmaf latency. */
-static inline void fma_rows4(const float *x0, const float *x1, const float *x2, const float *x3,
-                             const float *m, int64_t stride, int64_t n, float out[4][LANES]) {
-    float a0[LANES] = {0}, a1[LANES] = {0}, a2[LANES] = {0}, a3[LANES] = {0};
-    for (int64_t i = 0; i < n; i++) {
-        const float y0 = x0[i], y1 = x1[i], y2 = x2[i], y3 = x3[i];
-        const float *mi = m + i * stride;
-        for (int l = 0; l < LANES; l++) {
-            a0[l] = fmaf(y0, mi[l], a0[l]);
-            a1[l] = fmaf(y1, mi[l], a1[l]);
-            a2[l] = fmaf(y2, mi[l], a2[l]);
-            a3[l] = fmaf(y3, mi[l], a3[l]);
+/* out[j][r][l] = the chain fmaf(x_r[i], m[j * jump + i * stride + l], .) over i = 0..n-1, for 4 rows r,
+ * 16 lanes l and blocks j < nb (1 or 2): scores (x = a query, m = 16 keys transposed, n = D, the second block
+ * the next 16 keys) and weighted values (x = softmax weights, m = 16 dimensions of the values, n = keys, the
+ * second block the next 16 dimensions). Eight independent chains (four for one block) hide the fma latency;
+ * each output element is the same chain either way. */
+static inline void fma_rows4(const float *x0, const float *x1, const float *x2, const float *x3, const float *m,
+                             int64_t stride, int64_t n, int64_t jump, int nb, float out[2][4][LANES]) {
+    v16f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+    if (nb == 2) {
+        v16f b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
+        for (int64_t i = 0; i < n; i++) {
+            const v16f mi = *(const v16f *)(m + i * stride), mj = *(const v16f *)(m + jump + i * stride);
+            const float y0 = x0[i], y1 = x1[i], y2 = x2[i], y3 = x3[i];
+            a0 = fma16(y0, mi, a0);
+            a1 = fma16(y1, mi, a1);
+            a2 = fma16(y2, mi, a2);
+            a3 = fma16(y3, mi, a3);
+            b0 = fma16(y0, mj, b0);
+            b1 = fma16(y1, mj, b1);
+            b2 = fma16(y2, mj, b2);
+            b3 = fma16(y3, mj, b3);
+        }
+        store16(out[1][0], b0);
+        store16(out[1][1], b1);
+        store16(out[1][2], b2);
+        store16(out[1][3], b3);
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            const v16f mi = *(const v16f *)(m + i * stride);
+            a0 = fma16(x0[i], mi, a0);
+            a1 = fma16(x1[i], mi, a1);
+            a2 = fma16(x2[i], mi, a2);
+            a3 = fma16(x3[i], mi, a3);
         }
     }
-    memcpy(out[0], a0, sizeof a0);
-    memcpy(out[1], a1, sizeof a1);
-    memcpy(out[2], a2, sizeof a2);
-    memcpy(out[3], a3, sizeof a3);
+    store16(out[0][0], a0);
+    store16(out[0][1], a1);
+    store16(out[0][2], a2);
+    store16(out[0][3], a3);
 }
 
 /* One call's arguments (see exact_attention). */
@@ -147,7 +165,7 @@ static void head(const Step *c, const Buffers *u, int b, int g, int tid, int nt)
             for (int l = 0; l < LANES; l++)
                 tile[l] = s0 + l < S ? load16(c->k, c->kv_bf16, base + (s0 + l) * D + d0) : (v16f){0};
             transpose16(tile);
-            for (int d = 0; d < LANES; d++) memcpy(kb + (size_t)(d0 + d) * LANES, &tile[d], sizeof(v16f));
+            for (int d = 0; d < LANES; d++) store16(kb + (size_t)(d0 + d) * LANES, tile[d]);
         }
         for (int64_t s = s0; s < s0 + LANES && s < S; s++)
             load_row(c->v, c->kv_bf16, base + s * D, D, vf + (size_t)s * D);
@@ -155,17 +173,20 @@ static void head(const Step *c, const Buffers *u, int b, int g, int tid, int nt)
     if (nt > 1) {
         #pragma omp barrier
     }
-    /* 1. scores over every cache position 0..S-1, 4 rows x 16 positions a block */
-    const int64_t nblk = S16 / LANES;
-    share((int64_t)(R4 / 4) * nblk, tid, nt, &lo, &hi);
+    /* 1. scores over every cache position 0..S-1, 4 rows x 32 positions a job (16 for an odd last block) */
+    const int64_t nblk = S16 / LANES, npair = (nblk + 1) / 2;
+    share((int64_t)(R4 / 4) * npair, tid, nt, &lo, &hi);
     for (int64_t job = lo; job < hi; job++) {
-        const int r0 = (int)(job / nblk) * 4;
-        const int64_t s0 = job % nblk * LANES;
-        float blk[4][LANES];
+        const int r0 = (int)(job / npair) * 4;
+        const int64_t b0 = job % npair * 2, s0 = b0 * LANES;
+        const int nb = b0 + 1 < nblk ? 2 : 1;
+        float blk[2][4][LANES];
         const float *qr = qf + (size_t)r0 * D;
-        fma_rows4(qr, qr + D, qr + 2 * D, qr + 3 * D, kt + s0 * D, LANES, D, blk);
-        for (int rr = 0; rr < 4; rr++)
-            for (int l = 0; l < LANES; l++) sc[(size_t)(r0 + rr) * sp + s0 + l] = blk[rr][l] * c->scale;
+        fma_rows4(qr, qr + D, qr + 2 * D, qr + 3 * D, kt + s0 * D, LANES, D, (int64_t)LANES * D, nb, blk);
+        for (int j = 0; j < nb; j++)
+            for (int rr = 0; rr < 4; rr++)
+                for (int l = 0; l < LANES; l++)
+                    sc[(size_t)(r0 + rr) * sp + s0 + j * LANES + l] = blk[j][rr][l] * c->scale;
     }
     if (nt > 1) {
         #pragma omp barrier
@@ -211,28 +232,33 @@ static void head(const Step *c, const Buffers *u, int b, int g, int tid, int nt)
     if (nt > 1) {
         #pragma omp barrier
     }
-    /* 3. weighted values: the shared prefix 4 rows x 16 dimensions a block, then each row's tree keys */
-    const int nd = D / LANES;
-    share((int64_t)(R4 / 4) * nd, tid, nt, &lo, &hi);
+    /* 3. weighted values: the shared prefix 4 rows x 32 dimensions a job (16 for an odd last block), then
+     * each row's tree keys */
+    const int nd = D / LANES, nd2 = (nd + 1) / 2;
+    share((int64_t)(R4 / 4) * nd2, tid, nt, &lo, &hi);
     for (int64_t job = lo; job < hi; job++) {
-        const int r0 = (int)(job / nd) * 4, d0 = (int)(job % nd) * LANES;
-        float blk[4][LANES];
+        const int r0 = (int)(job / nd2) * 4, j0 = (int)(job % nd2) * 2;
+        const int nb = j0 + 1 < nd ? 2 : 1;
+        float blk[2][4][LANES];
         const float *wp = w + (size_t)r0 * sp;
-        fma_rows4(wp, wp + sp, wp + 2 * sp, wp + 3 * sp, vf + d0, D, L, blk);
-        for (int rr = 0; rr < 4 && r0 + rr < R; rr++) {
-            const int r = r0 + rr;
-            float *ar = blk[rr];
-            for (int k = 0; k < count[r]; k++) {
-                const float wi = w[(size_t)r * sp + L + k];
-                const float *vi = vf + (size_t)(L + tail[(size_t)r * T + k]) * D + d0;
-                for (int l = 0; l < LANES; l++) ar[l] = fmaf(wi, vi[l], ar[l]);
-            }
-            const float total = sums[r];
-            const size_t o = q0 + (size_t)rows[r] * D + d0;
-            for (int l = 0; l < LANES; l++) {
-                const float x = total > 0.0f ? ar[l] / total : 0.0f;
-                if (c->io_bf16) ((uint16_t *)c->out)[o + l] = bf16_round(x);
-                else ((float *)c->out)[o + l] = x;
+        fma_rows4(wp, wp + sp, wp + 2 * sp, wp + 3 * sp, vf + j0 * LANES, D, L, LANES, nb, blk);
+        for (int j = 0; j < nb; j++) {
+            const int d0 = (j0 + j) * LANES;
+            for (int rr = 0; rr < 4 && r0 + rr < R; rr++) {
+                const int r = r0 + rr;
+                float *ar = blk[j][rr];
+                for (int k = 0; k < count[r]; k++) {
+                    const float wi = w[(size_t)r * sp + L + k];
+                    const float *vi = vf + (size_t)(L + tail[(size_t)r * T + k]) * D + d0;
+                    for (int l = 0; l < LANES; l++) ar[l] = fmaf(wi, vi[l], ar[l]);
+                }
+                const float total = sums[r];
+                const size_t o = q0 + (size_t)rows[r] * D + d0;
+                for (int l = 0; l < LANES; l++) {
+                    const float x = total > 0.0f ? ar[l] / total : 0.0f;
+                    if (c->io_bf16) ((uint16_t *)c->out)[o + l] = bf16_round(x);
+                    else ((float *)c->out)[o + l] = x;
+                }
             }
         }
     }

@@ -4,6 +4,9 @@
 #define SPECBENCH_VEC16_H
 #include <stdint.h>
 #include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #define LANES 16
 
@@ -12,16 +15,26 @@ typedef int32_t v16i __attribute__((vector_size(LANES * sizeof(int32_t)), aligne
 
 typedef uint16_t v16h __attribute__((vector_size(LANES * sizeof(uint16_t)), aligned(2)));
 
-/* 16 values from element i on, bf16 (widened exactly) or fp32 */
+static inline void store16(float *dst, v16f x) { *(v16f *)dst = x; }
+
+/* 16 values from element i on, bf16 (widened exactly) or fp32. Vector loads and stores go through the
+ * vector types (unaligned, as declared), not memcpy: GCC splits a 64-byte memcpy into two 32-byte moves,
+ * and a 64-byte load of what two 32-byte stores just wrote stalls on store forwarding. */
 static inline v16f load16(const void *row, int bf16, int64_t i) {
-    if (bf16) {
-        v16h h;
-        memcpy(&h, (const uint16_t *)row + i, sizeof h);
-        return (v16f)(__builtin_convertvector(h, v16i) << 16);
-    }
-    v16f f;
-    memcpy(&f, (const float *)row + i, sizeof f);
-    return f;
+    if (bf16) return (v16f)(__builtin_convertvector(*(const v16h *)((const uint16_t *)row + i), v16i) << 16);
+    return *(const v16f *)((const float *)row + i);
+}
+
+/* a * b + c lane by lane for a scalar a, rounded once (fmaf's result on every path): one broadcast FMA on
+ * AVX-512 CPUs, where GCC keeps a loop of fmaf's accumulators in memory rather than in registers */
+static inline v16f fma16(float a, v16f b, v16f c) {
+#if defined(__AVX512F__)
+    return (v16f)_mm512_fmadd_ps(_mm512_set1_ps(a), (__m512)b, (__m512)c);
+#else
+    v16f r;
+    for (int l = 0; l < LANES; l++) r[l] = __builtin_fmaf(a, b[l], c[l]);
+    return r;
+#endif
 }
 
 static inline uint16_t bf16_round(float f) {       /* round to nearest even, as torch's .to(bfloat16) */

@@ -51,10 +51,11 @@ def test_it_computes_attention_over_prefix_and_tree_row(dtype, H, KV, D):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_each_token_gets_what_it_would_get_decoded_alone(dtype):
+@pytest.mark.parametrize("D", [32, 48])          # head sizes of 2 and 3 16-lane blocks (the kernel pairs them)
+def test_each_token_gets_what_it_would_get_decoded_alone(dtype, D):
     """A node sees its prefix and ancestors at other cache positions (siblings between) and shares the step
     with other rows and sequences; decoded alone, its keys are contiguous and it is the only query."""
-    H, KV, T, D = 6, 2, 20, 32
+    H, KV, T = 6, 2, 20
     lens = [15, 33, 64]                            # prefixes that end before, across and on a 16-key block
     q, k, v, lens_t, mask = step(3, H, KV, T, D, lens, dtype, seed=7)
     out = exact_attention_cpu(q, k, v, lens_t, mask)
