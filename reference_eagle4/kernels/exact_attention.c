@@ -37,18 +37,20 @@ static inline void load_row(const void *base, int bf16, int64_t offset, int D, f
     }
 }
 
-/* out[j][r][l] = the chain fmaf(x_r[i], m[j * jump + i * stride + l], .) over i = 0..n-1, for 4 rows r,
- * 16 lanes l and blocks j < nb (1 or 2): scores (x = a query, m = 16 keys transposed, n = D, the second block
- * the next 16 keys) and weighted values (x = softmax weights, m = 16 dimensions of the values, n = keys, the
- * second block the next 16 dimensions). Eight independent chains (four for one block) hide the fma latency;
- * each output element is the same chain either way. */
-static inline void fma_rows4(const float *x0, const float *x1, const float *x2, const float *x3, const float *m,
-                             int64_t stride, int64_t n, int64_t jump, int nb, float out[2][4][LANES]) {
+/* out[j][r][l] = the chain fmaf(x_r[i], m[off + j * jump + i * stride + l], .) over i = 0..n-1, for 4 rows
+ * r, 16 lanes l and blocks j < nb (1 or 2), m bf16 (widened exactly as it is read) or fp32: scores (x = a
+ * query, m = 16 keys transposed, n = D, the second block the next 16 keys) and weighted values (x = softmax
+ * weights, m = 16 dimensions of the cached values, n = keys, the second block the next 16 dimensions).
+ * Eight independent chains (four for one block) hide the fma latency; each output element is the same
+ * chain either way. */
+static inline void fma_rows4(const float *x0, const float *x1, const float *x2, const float *x3, const void *m,
+                             int bf16, int64_t off, int64_t stride, int64_t n, int64_t jump, int nb,
+                             float out[2][4][LANES]) {
     v16f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
     if (nb == 2) {
         v16f b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
         for (int64_t i = 0; i < n; i++) {
-            const v16f mi = *(const v16f *)(m + i * stride), mj = *(const v16f *)(m + jump + i * stride);
+            const v16f mi = load16(m, bf16, off + i * stride), mj = load16(m, bf16, off + jump + i * stride);
             const float y0 = x0[i], y1 = x1[i], y2 = x2[i], y3 = x3[i];
             a0 = fma16(y0, mi, a0);
             a1 = fma16(y1, mi, a1);
@@ -65,7 +67,7 @@ static inline void fma_rows4(const float *x0, const float *x1, const float *x2, 
         store16(out[1][3], b3);
     } else {
         for (int64_t i = 0; i < n; i++) {
-            const v16f mi = *(const v16f *)(m + i * stride);
+            const v16f mi = load16(m, bf16, off + i * stride);
             a0 = fma16(x0[i], mi, a0);
             a1 = fma16(x1[i], mi, a1);
             a2 = fma16(x2[i], mi, a2);
@@ -90,15 +92,15 @@ typedef struct {
 } Step;
 
 /* Buffers of one key head: queries [R4][D], scores and softmax weights [R4][sp] each, sums [R], keys
- * transposed in blocks of 16 positions [sp][D], values [sp][D]; the rows computed (a padding token's are
- * not) [R], each one's tree keys [R][T] and their count [R]. */
+ * transposed in blocks of 16 positions [sp][D] (values are read from the cache as they are); the rows
+ * computed (a padding token's are not) [R], each one's tree keys [R][T] and their count [R]. */
 typedef struct {
-    float *qf, *sc, *w, *sums, *kt, *vf;
+    float *qf, *sc, *w, *sums, *kt;
     int *rows, *tail, *count;
 } Buffers;
 
 static size_t floats_per_head(const Step *c) {
-    return (size_t)c->R4 * c->D + 2 * (size_t)c->R4 * c->sp + c->R + 2 * (size_t)c->sp * c->D;
+    return (size_t)c->R4 * c->D + 2 * (size_t)c->R4 * c->sp + c->R + (size_t)c->sp * c->D;
 }
 
 static Buffers buffers(const Step *c, float *f, int *i) {
@@ -108,7 +110,6 @@ static Buffers buffers(const Step *c, float *f, int *i) {
     u.w = u.sc + (size_t)c->R4 * c->sp;
     u.sums = u.w + (size_t)c->R4 * c->sp;
     u.kt = u.sums + c->R;
-    u.vf = u.kt + (size_t)c->sp * c->D;
     u.rows = i;
     u.tail = i + c->R;
     u.count = u.tail + (size_t)c->R * c->T;
@@ -133,13 +134,13 @@ static void head(const Step *c, const Buffers *u, int b, int g, int tid, int nt)
     const uint8_t *mb = c->mask + (size_t)b * T * T, *vb = c->valid ? c->valid + (size_t)b * T : NULL;
     const size_t q0 = ((size_t)(b * c->H + g * c->G) * T) * D;        /* the rows sharing key head g */
     const int64_t base = b * c->sb + g * c->sh;
-    float *qf = u->qf, *sc = u->sc, *w = u->w, *sums = u->sums, *kt = u->kt, *vf = u->vf;
+    float *qf = u->qf, *sc = u->sc, *w = u->w, *sums = u->sums, *kt = u->kt;
     int *rows = u->rows, *tail = u->tail, *count = u->count;
     int R = 0;                                         /* rows of this head's real tokens, listed in rows */
     for (int r = 0; r < c->R; r++) R += !vb || vb[r % T];
     const int R4 = (R + 3) / 4 * 4;
     int64_t lo, hi;
-    /* 0. the rows, the queries, keys (transposed, 16 positions a block) and values, as fp32; a padding
+    /* 0. the rows, the queries and the keys (transposed, 16 positions a block), as fp32; a padding
      * token's output is zeros */
     if (tid == 0) {
         int n = 0;
@@ -167,8 +168,6 @@ static void head(const Step *c, const Buffers *u, int b, int g, int tid, int nt)
             transpose16(tile);
             for (int d = 0; d < LANES; d++) store16(kb + (size_t)(d0 + d) * LANES, tile[d]);
         }
-        for (int64_t s = s0; s < s0 + LANES && s < S; s++)
-            load_row(c->v, c->kv_bf16, base + s * D, D, vf + (size_t)s * D);
     }
     if (nt > 1) {
         #pragma omp barrier
@@ -182,7 +181,7 @@ static void head(const Step *c, const Buffers *u, int b, int g, int tid, int nt)
         const int nb = b0 + 1 < nblk ? 2 : 1;
         float blk[2][4][LANES];
         const float *qr = qf + (size_t)r0 * D;
-        fma_rows4(qr, qr + D, qr + 2 * D, qr + 3 * D, kt + s0 * D, LANES, D, (int64_t)LANES * D, nb, blk);
+        fma_rows4(qr, qr + D, qr + 2 * D, qr + 3 * D, kt, 0, s0 * D, LANES, D, (int64_t)LANES * D, nb, blk);
         for (int j = 0; j < nb; j++)
             for (int rr = 0; rr < 4; rr++)
                 for (int l = 0; l < LANES; l++)
@@ -241,17 +240,17 @@ static void head(const Step *c, const Buffers *u, int b, int g, int tid, int nt)
         const int nb = j0 + 1 < nd ? 2 : 1;
         float blk[2][4][LANES];
         const float *wp = w + (size_t)r0 * sp;
-        fma_rows4(wp, wp + sp, wp + 2 * sp, wp + 3 * sp, vf + j0 * LANES, D, L, LANES, nb, blk);
+        fma_rows4(wp, wp + sp, wp + 2 * sp, wp + 3 * sp, c->v, c->kv_bf16, base + j0 * LANES, D, L, LANES, nb, blk);
         for (int j = 0; j < nb; j++) {
             const int d0 = (j0 + j) * LANES;
             for (int rr = 0; rr < 4 && r0 + rr < R; rr++) {
                 const int r = r0 + rr;
                 float *ar = blk[j][rr];
-                for (int k = 0; k < count[r]; k++) {
-                    const float wi = w[(size_t)r * sp + L + k];
-                    const float *vi = vf + (size_t)(L + tail[(size_t)r * T + k]) * D + d0;
-                    for (int l = 0; l < LANES; l++) ar[l] = fmaf(wi, vi[l], ar[l]);
-                }
+                v16f a = load16(ar, 0, 0);
+                for (int k = 0; k < count[r]; k++)
+                    a = fma16(w[(size_t)r * sp + L + k],
+                              load16(c->v, c->kv_bf16, base + (L + tail[(size_t)r * T + k]) * D + d0), a);
+                store16(ar, a);
                 const float total = sums[r];
                 const size_t o = q0 + (size_t)rows[r] * D + d0;
                 for (int l = 0; l < LANES; l++) {
