@@ -172,6 +172,15 @@ def verified_drafts(records: Iterable[Record]) -> dict[str, float | None]:
     return {"drafted_mean": _mean([s["drafted"] for s in steps]), "pred_accept_corr": corr}
 
 
+def step_times(records: Iterable[Record]) -> dict[str, float | None]:
+    """Mean milliseconds a step spent drafting and in the target's verification forward, over the steps of
+    every sequence (a batched step counts once per sequence in it), where the runner records them (the
+    reference engine): where a method's time per step goes beside vanilla's, from the run's own steps."""
+    steps = [s for s in _steps(records) if "draft_ms" in s and "verify_ms" in s]
+    return {"draft_ms_mean": _mean([s["draft_ms"] for s in steps]),
+            "verify_ms_mean": _mean([s["verify_ms"] for s in steps])}
+
+
 def summarize_records(records: list[Record]) -> dict[str, Any]:
     """Every metric for one set of records, flat so tables can pick columns by name.
 
@@ -191,6 +200,7 @@ def summarize_records(records: list[Record]) -> dict[str, Any]:
         "acceptance_histogram": {str(k): v for k, v in acceptance_histogram(ok).items()},
         "entropy_quartiles": al_by_entropy_quartile(ok),
         **verified_drafts(ok),
+        **step_times(ok),
         **throughput(ok),
     }
 

@@ -134,7 +134,9 @@ class Engine:
 
     # -- one step for all live sequences -------------------------------------------------------------
     def _step(self, seqs: list[Sequence]) -> None:
+        t0 = time.perf_counter()
         trees = self.proposer.propose(seqs)
+        draft_ms = 1000 * (time.perf_counter() - t0)
         sizes = [len(t) for t in trees]
         B, T = len(seqs), max(sizes)
         tokens = torch.zeros(B, T, dtype=torch.long)
@@ -148,8 +150,10 @@ class Engine:
         dev = self.device
         ragged = min(sizes) < T          # trees of different sizes: skip the padding in every matmul
         valid = (torch.arange(T)[None, :] < torch.tensor(sizes)[:, None]).to(dev) if ragged else None
+        t0 = time.perf_counter()
         logits, hidden = self.target(tokens.to(dev), self.cache, tree_mask=masks.to(dev),
                                      depths=depths.to(dev), capture=self.capture, valid=valid)
+        timing = {"draft_ms": round(draft_ms, 3), "verify_ms": round(1000 * (time.perf_counter() - t0), 3)}
         logits = logits.reshape(-1, logits.shape[-1])              # one row per tree node, tree after tree
         starts = [0, *accumulate(sizes[:-1])]          # packed or not, each tree's rows follow the last one's
         greedy = self.config.sampling.greedy
@@ -164,7 +168,7 @@ class Engine:
             path = torch.tensor(verdict.path, device=dev)
             self.cache.keep(seq.slot, path)
             rows.extend((b, lo + node) for node in verdict.path[:emitted])
-            seq.steps.append(self._step_record(tree, verdict.path, emitted))
+            seq.steps.append({**self._step_record(tree, verdict.path, emitted), **timing})
             if not seq.done:
                 self.proposer.accepted(seq, verdict.path, [h[b, path] for h in hidden])
         ents = entropy(logits[torch.tensor([r for _, r in rows], device=dev)]).tolist()

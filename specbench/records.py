@@ -18,7 +18,10 @@ A run directory holds `manifest.json` and `records.jsonl`. Each line of `records
         drafted   int   drafted tokens verified (tree nodes without the root)
         budget    int   budget L: tokens the target processed for this sequence, root included
         depth     int   deepest drafted node in the verified tree (0 for vanilla)
-        (extra keys, e.g. draft levels or predicted acceptance, may follow; analysis ignores them)
+        draft_ms  float the step's drafting time, ms (optional: the reference engine records it; in a batched
+                        step the batch's, the same in every sequence's record)
+        verify_ms float the step's verification forward of the target, ms (optional, as draft_ms)
+        (other extra keys, e.g. draft levels or predicted acceptance, may follow; analysis ignores them)
     mean_entropy      float   mean target next-token entropy (nats) over generated positions
     t_start, t_end    float   wall-clock seconds (time.time()) when the request was admitted / finished
     ttft_s            float   admission to first output token (prefill included)

@@ -24,14 +24,17 @@ DASH = "—"
 # Manifest keys describing where a run ran, shown when any manifest has them (device and dtype always).
 ENVIRONMENT_KEYS = ("device", "dtype", "machine", "hostname", "platform", "cpu", "gpu", "versions")
 RESULT_COLUMNS = (
-    ("engine", False), ("method", False), ("L", True), ("drafts/step", True), ("AL", True), ("AL/req", True),
-    ("hit@1", True),
+    ("engine", False), ("method", False), ("L", True), ("drafts/step", True), ("draft ms", True),
+    ("verify ms", True), ("AL", True), ("AL/req", True), ("hit@1", True),
     ("tok/s", True), ("speedup", True), ("tok/s/user", True), ("TTFT ms", True), ("TPOT ms", True),
     ("n", True), ("run", False),
 )
+OPTIONAL_COLUMNS = ("draft ms", "verify ms")
 COLUMN_LEGEND = (
     ("L", "budget: tokens the target verifies per sequence per step, root included"),
     ("drafts/step", "drafted tokens the target verified per step, mean (adaptive methods shrink it under load)"),
+    ("draft ms", "drafting time of a step, mean (shown where runs record it: the reference engine)"),
+    ("verify ms", "the target's verification forward of a step, mean (as draft ms; vanilla's is a decoding step)"),
     ("AL", "acceptance length, tokens emitted per step, token-weighted (sum emitted / sum steps)"),
     ("AL/req", "mean of per-request AL"),
     ("hit@1", "share of drafting steps whose first drafted token was accepted"),
@@ -79,6 +82,7 @@ def _result_row(run: Summary, metrics: Summary, speedup: float | None) -> list[s
     n = str(metrics["n_ok"]) + (f" (+{metrics['n_failed']} failed)" if metrics["n_failed"] else "")
     return [
         str(run["engine"]), str(run["method"]), str(run["budget"]), fmt(metrics.get("drafted_mean"), ".1f"),
+        fmt(metrics.get("draft_ms_mean"), ".1f"), fmt(metrics.get("verify_ms_mean"), ".1f"),
         fmt(metrics["al_token_weighted"], ".2f"), fmt(metrics["al_per_request_mean"], ".2f"),
         fmt(hit1, ".1%"), fmt(metrics["aggregate_tok_s"], ".1f"),
         DASH if speedup is None else f"{speedup:.2f}×",
@@ -90,8 +94,11 @@ def _result_row(run: Summary, metrics: Summary, speedup: float | None) -> list[s
 def _results_table(title: str, rows: Iterable[tuple[Summary, Summary, float | None]]) -> Table:
     """Rows sorted fastest first (no throughput last), as a leaderboard reads."""
     ordered = sorted(rows, key=lambda r: (r[1]["aggregate_tok_s"] is None, -(r[1]["aggregate_tok_s"] or 0)))
-    return Table(title, [c for c, _ in RESULT_COLUMNS], [n for _, n in RESULT_COLUMNS],
-                 [_result_row(*r) for r in ordered])
+    cells = [_result_row(*r) for r in ordered]
+    keep = [i for i, (c, _) in enumerate(RESULT_COLUMNS)            # step times only where some run has them
+            if c not in OPTIONAL_COLUMNS or any(row[i] != DASH for row in cells)]
+    return Table(title, [RESULT_COLUMNS[i][0] for i in keep], [RESULT_COLUMNS[i][1] for i in keep],
+                 [[row[i] for i in keep] for row in cells])
 
 
 def _entropy_table(title: str, runs: list[Summary]) -> Table:

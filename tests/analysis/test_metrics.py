@@ -196,3 +196,11 @@ def test_verified_drafts_and_confidence_correlation(synth):
     assert got["drafted_mean"] == (4 * 4 + 1) / 5
     assert got["pred_accept_corr"] > 0.95
     assert verified_drafts([synth.record("q", [synth.step(1, 2)] * 3)])["pred_accept_corr"] is None
+
+
+def test_step_times_average_the_steps_that_record_them(synth):
+    from specbench.analysis.metrics import step_times
+    timed = [{**synth.step(1, 4), "draft_ms": d, "verify_ms": v} for d, v in [(2.0, 50.0), (4.0, 60.0)]]
+    got = step_times([synth.record("a", timed), synth.record("b", [{**timed[0]}])])
+    assert got == {"draft_ms_mean": pytest.approx(8 / 3), "verify_ms_mean": pytest.approx(160 / 3)}
+    assert step_times([synth.record("c", [synth.step(1, 4)])]) == {"draft_ms_mean": None, "verify_ms_mean": None}

@@ -60,6 +60,9 @@ def test_records_add_up_and_stop_at_eos_and_max_new_tokens(target):
         assert 1 + sum(st["emitted"] for st in s.steps) == len(s.output)
         assert len(s.entropies) == len(s.output)
         assert eos not in s.output[:-1]
+        # every step records where its time went: drafting and the target's verification forward (a batched
+        # step's, the same for each sequence in it)
+        assert all(st["draft_ms"] >= 0 and st["verify_ms"] > 0 for st in s.steps)
         assert s.t_start <= s.t_first <= s.t_end
     q0 = done["q0"].output
     assert q0[-1] == eos and q0 == base["q0"].output[: len(q0)]

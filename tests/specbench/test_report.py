@@ -190,3 +190,17 @@ def test_cli_rejects_a_dir_that_is_not_a_run(tmp_path):
                             capture_output=True, text=True, env={**os.environ, "COLUMNS": "400"}, timeout=60)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and str(not_a_run) in result.stderr
+
+
+def test_step_time_columns_appear_where_runs_record_them(synth, tmp_path):
+    """The reference engine records each step's drafting and verification time: the table shows their means
+    beside the other columns; runs without them (other engines) keep the table as it was."""
+    rec, step = synth.record, synth.step
+    timed = lambda a, d, v: {**step(a, 3), "draft_ms": d, "verify_ms": v}  # noqa: E731
+    runs = [synth.run("van", [rec("q1", [timed(0, 0.0, 50.0)] * 4, method="vanilla")], compare_id="c"),
+            synth.run("ng", [rec("q1", [timed(2, 1.0, 54.0), timed(1, 3.0, 56.0)])], method="ngram", budget=4,
+                      compare_id="c")]
+    render_report(runs, tmp_path / "timed")
+    table = _md_tables((tmp_path / "timed" / "leaderboard.md").read_text())[("prompt-enhancement", "C=1")]
+    assert (_row(table, "ng")["draft ms"], _row(table, "ng")["verify ms"]) == ("2.0", "55.0")
+    assert (_row(table, "van")["draft ms"], _row(table, "van")["verify ms"]) == ("0.0", "50.0")
