@@ -90,8 +90,9 @@ class CostTable:
 # attention kernel transposes keys as tiles (cheaper at every size, most at one token and large batches).
 # 3: the drafter's low-rank head is one C call (a draft level about 0.4-0.7 ms cheaper). 4: token counts up
 # to 16 are timed in 3x the rounds (tables timed before priced them from 3 rounds). 5: the attention kernel
-# keeps its accumulators in registers (1.3-1.6x faster, most at several tokens and at batch 8).
-COSTS_REVISION = 5
+# keeps its accumulators in registers (1.3-1.6x faster, most at several tokens and at batch 8). 6: the
+# drafter's layer streams int8 weights (a draft level about 1 ms cheaper on the CPU).
+COSTS_REVISION = 6
 
 
 def device_key(model: Transformer, parallelism: str = "single") -> dict[str, Any]:

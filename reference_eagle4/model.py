@@ -246,6 +246,45 @@ def packed(linear: nn.Linear) -> nn.Module:
     return PackedLinear(linear)
 
 
+class Int8Linear(nn.Module):
+    """A frozen linear layer with int8 weights (one scale per output row), computed by
+    `aten._weight_int8pack_mm` against activations of the original dtype.
+
+    For drafters only: a drafter's linears run on a handful of rows right after a target forward has pushed
+    their weights out of the caches, so they are bound by streaming weights, and int8 halves the bytes.
+    Their outputs only propose tokens, which verification accepts or rejects, so rounding the weights can
+    change acceptance but never the output."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        w = linear.weight.detach().float()
+        scale = w.abs().amax(1).clamp(min=torch.finfo(torch.float32).tiny) / 127.0
+        self.out_features = linear.out_features
+        self.register_buffer("weight_q", torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8))
+        self.register_buffer("scale", scale.to(linear.weight.dtype))
+
+    def forward(self, x: Tensor) -> Tensor:
+        rows = x.reshape(-1, x.shape[-1]).contiguous()
+        out = torch.ops.aten._weight_int8pack_mm(rows, self.weight_q, self.scale)
+        return out.view(*x.shape[:-1], self.out_features)
+
+
+_INT8: dict[tuple[torch.dtype, str], bool] = {}
+
+
+def int8_linear(linear: nn.Linear) -> nn.Module:
+    """`linear` as an Int8Linear where this build of torch runs int8 weights for its dtype on this device;
+    else prepacked (`packed`)."""
+    key = (linear.weight.dtype, linear.weight.device.type)
+    if key not in _INT8:
+        try:
+            probe = torch.zeros(2, 32, dtype=linear.weight.dtype, device=linear.weight.device)
+            torch.ops.aten._weight_int8pack_mm(probe, torch.zeros(32, 32, dtype=torch.int8, device=probe.device),
+                                               torch.ones(32, dtype=probe.dtype, device=probe.device))
+            _INT8[key] = True
+        except (RuntimeError, NotImplementedError):
+            _INT8[key] = False
+    return Int8Linear(linear) if _INT8[key] else packed(linear)
 _PACKABLE: dict[torch.dtype, bool] = {}
 
 

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from reference_eagle4.kernels import row_ops
 from reference_eagle4.kernels.lowrank_head_cpu import LowrankHeadCPU
-from reference_eagle4.model import ModelArgs, RMSNorm, apply_rope, packed
+from reference_eagle4.model import ModelArgs, RMSNorm, apply_rope, int8_linear, packed
 
 HEADS = ("lowrank", "full")
 
@@ -247,8 +247,9 @@ class Eagle4Drafter(nn.Module):
         if not self.lowrank_ready and self.head_weight is not None:
             self.init_lowrank()
 
-    def pack(self) -> "Eagle4Drafter":
-        """Prepack the drafter's own linears for oneDNN (inference only; a no-op off CPU)."""
+    def pack(self, int8: bool = False) -> "Eagle4Drafter":
+        """Prepack the drafter's own linears for oneDNN (inference only; a no-op off CPU); with `int8`, the
+        layer's linears keep int8 weights instead (`Int8Linear`: half the bytes to stream)."""
         if not torch.backends.mkldnn.is_available() or self.qkv.weight.device.type != "cpu":
             return self
         if self.cfg.head == "lowrank" and self.head_weight is not None and isinstance(self.lr_a, nn.Linear):
@@ -256,7 +257,7 @@ class Eagle4Drafter(nn.Module):
         for name in ("fc", "qkv", "o", "gate_up", "down", "lr_a", "lr_b"):
             lin = getattr(self, name)
             if isinstance(lin, nn.Linear):
-                setattr(self, name, packed(lin))
+                setattr(self, name, int8_linear(lin) if int8 and name not in ("lr_a", "lr_b") else packed(lin))
         if self.full_head is None and self.head_weight is not None:
             object.__setattr__(self, "full_head", _packed_from_weight(self.head_weight))
         elif isinstance(self.full_head, nn.Linear):

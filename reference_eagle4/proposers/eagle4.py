@@ -16,6 +16,9 @@ emitted parents first. Expansion stops early once no frontier node can beat the 
 which gives the same tree. The chain is the same procedure with top_k = 1.
 
 Candidates are deterministic, so verification is lossless whatever the drafter proposes (brief §3b).
+That is also why, on the CPU, the drafter's layer keeps int8 weights (`int8`, on by default; `--option
+int8=off` keeps the model dtype): its linears run on a few rows right after a target forward has evicted
+them from the caches, so they cost the bytes they stream, and int8 halves those bytes.
 """
 
 from __future__ import annotations
@@ -97,8 +100,9 @@ class Eagle4Proposer(Proposer):
                  target: "Transformer | None" = None, top_k: int | None = None, depth: int | None = None,
                  window: Any = "keep", head: str | None = None, rank: int | None = None,
                  topk_candidates: int | None = None, dtype: str | torch.dtype | None = None,
-                 early_stop: bool = True, **options: Any) -> None:
+                 early_stop: bool = True, int8: Any = True, **options: Any) -> None:
         super().__init__(budget)
+        self.int8 = flag_option(int8)
         if isinstance(drafter, Eagle4Drafter):
             self.drafter, self.drafter_path, self.drafter_sha256 = drafter, None, None
         else:
@@ -146,7 +150,7 @@ class Eagle4Proposer(Proposer):
                  head_w if head_w.dtype == dtype else head_w.to(dtype), full_head=full)
         d.set_options(**self._ablations)
         d.eval().requires_grad_(False)
-        d.pack()
+        d.pack(int8=self.int8)
         self.drafter = d
         self.target = target
         c = d.cfg
@@ -157,7 +161,8 @@ class Eagle4Proposer(Proposer):
         return {**super().config(), "drafter": str(self.drafter_path) if self.drafter_path else None,
                 "drafter_sha256": self.drafter_sha256,
                 "top_k": self.top_k, "depth": self.depth, "window": c.window, "head": c.head,
-                "rank": c.rank, "topk_candidates": c.topk_candidates, "capture": list(self.capture)}
+                "rank": c.rank, "topk_candidates": c.topk_candidates, "capture": list(self.capture),
+                "int8": self.int8}
 
     # -- engine callbacks --------------------------------------------------------------------------------
     def begin(self, seq: "Sequence", hidden: list[Tensor]) -> None:

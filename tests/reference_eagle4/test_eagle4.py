@@ -96,7 +96,7 @@ def test_sliding_window_hides_old_tokens(target):
 
     def last_hidden(f, toks, window):
         dd = tiny_drafter(target, window=window)
-        p = Eagle4Proposer(budget=2, drafter=dd, target=target)
+        p = Eagle4Proposer(budget=2, drafter=dd, target=target, int8=False)    # training's weights
         seq = fake_seq(toks)
         p.begin(seq, list(f.split(H, dim=-1)))
         with torch.inference_mode():
@@ -128,7 +128,7 @@ def test_inference_matches_training_unroll(target, window):
     capture = target.args.eagle_layers
     prompt = torch.randint(0, 256, (12,), generator=torch.Generator().manual_seed(5)).tolist()
     first = 11
-    p = PROPOSERS["eagle4-chain"](budget=6, drafter=d, target=target)
+    p = PROPOSERS["eagle4-chain"](budget=6, drafter=d, target=target, int8=False)     # training's weights
     seq = fake_seq(prompt + [first])
     hidden = prefill_hidden(target, prompt, capture)
     p.begin(seq, hidden)
@@ -257,7 +257,7 @@ def test_lossless_greedy_through_engine(bigram, method, C, noise):
 
 
 @pytest.mark.parametrize("options", [{"window": None}, {"head": "full"}, {"topk_candidates": 4, "rank": 8},
-                                     {"top_k": 2, "depth": 3}])
+                                     {"top_k": 2, "depth": 3}, {"int8": False}])
 def test_ablations_stay_lossless(bigram, options):
     t, reqs, base = bigram
     p = PROPOSERS["eagle4-tree"](budget=8, drafter=bigram_drafter(t, noise=0.01), **options)
@@ -265,6 +265,20 @@ def test_ablations_stay_lossless(bigram, options):
     assert out == base and al > 1.0
     cfg = p.config()
     assert all(cfg[k] == v for k, v in options.items())
+
+
+def test_drafter_layer_runs_int8_weights_unless_asked_not_to(bigram):
+    """On the CPU the drafter's layer streams int8 weights by default (`int8=off`: the model dtype's)."""
+    from reference_eagle4.model import Int8Linear, int8_linear
+    t, _, _ = bigram
+    if not isinstance(int8_linear(torch.nn.Linear(32, 32, bias=False)), Int8Linear):
+        pytest.skip("this torch runs no int8 weights here")
+    on = PROPOSERS["eagle4-tree"](budget=4, drafter=bigram_drafter(t, noise=0.0), target=t)
+    off = PROPOSERS["eagle4-tree"](budget=4, drafter=bigram_drafter(t, noise=0.0), target=t, int8="off")
+    layers = ("fc", "qkv", "o", "gate_up", "down")
+    assert all(isinstance(getattr(on.drafter, n), Int8Linear) for n in layers) and on.config()["int8"] is True
+    assert not any(isinstance(getattr(off.drafter, n), Int8Linear) for n in layers)
+    assert off.config()["int8"] is False
 
 
 def test_tree_is_ancestor_closed_and_budgeted(bigram):

@@ -187,3 +187,27 @@ def test_exact_rows_linears_compute_each_row_as_if_alone(dtype):
         alone = torch.cat([exact(x[i:i + 1]) for i in range(80)])
         for m in (2, 5, 17, 32, 33, 47, 64, 80):
             assert torch.equal(exact(x[:m]), alone[:m]), f"{k}x{n}, {m} rows"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int8_linear_is_close_to_the_linear_it_rounds(dtype):
+    """Drafter linears with int8 weights (one scale per output row) stay within the rounding of the weights:
+    every output is off by at most half a step of its row's scale times the input's L1 norm."""
+    from reference_eagle4.model import Int8Linear, int8_linear
+    g = torch.Generator().manual_seed(0)
+    lin = torch.nn.Linear(96, 40, bias=False)
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(40, 96, generator=g))
+    lin = lin.to(dtype)
+    q = int8_linear(lin)
+    if not isinstance(q, Int8Linear):
+        pytest.skip(f"this torch runs no int8 weights for {dtype} here")
+    x = torch.randn(2, 3, 96, generator=g).to(dtype)
+    y = q(x)
+    assert y.shape == (2, 3, 40) and y.dtype == dtype
+    out, ref = y.float(), x.float() @ lin.weight.float().T
+    step = lin.weight.float().abs().amax(1) / 127
+    bound = 0.5 * step[None, None, :] * x.float().abs().sum(-1, keepdim=True)
+    slack = 0.02 * ref.abs() + (0.05 if dtype == torch.bfloat16 else 1e-4)          # the output's own rounding
+    assert bool(((out - ref).abs() <= bound + slack).all())
+    assert q.weight_q.dtype == torch.int8 and q.weight_q.numel() == lin.weight.numel()
