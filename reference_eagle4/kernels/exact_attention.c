@@ -37,48 +37,46 @@ static inline void load_row(const void *base, int bf16, int64_t offset, int D, f
     }
 }
 
-/* out[j][r][l] = the chain fmaf(x_r[i], m[off + j * jump + i * stride + l], .) over i = 0..n-1, for 4 rows
- * r, 16 lanes l and blocks j < nb (1 or 2), m bf16 (widened exactly as it is read) or fp32: scores (x = a
- * query, m = 16 keys transposed, n = D, the second block the next 16 keys) and weighted values (x = softmax
- * weights, m = 16 dimensions of the cached values, n = keys, the second block the next 16 dimensions).
- * Eight independent chains (four for one block) hide the fma latency; each output element is the same
- * chain either way. */
-static inline void fma_rows4(const float *x0, const float *x1, const float *x2, const float *x3, const void *m,
-                             int bf16, int64_t off, int64_t stride, int64_t n, int64_t jump, int nb,
-                             float out[2][4][LANES]) {
-    v16f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+/* out[j][r][l] = the chain fmaf(x_r[i], m[off + j * jump + i * stride + l], .) over i = 0..n-1, for nr rows
+ * r (4 or 8, a constant where inlined), 16 lanes l and blocks j < nb (1 or 2), m bf16 (widened exactly as
+ * it is read) or fp32: scores (x = a query, m = 16 keys transposed, n = D, the second block the next 16
+ * keys) and weighted values (x = softmax weights, m = 16 dimensions of the cached values, n = keys, the
+ * second block the next 16 dimensions). Up to 16 independent chains hide the fma latency, and 8 rows share
+ * each load of m; each output element is the same chain whatever nr and nb are. */
+static inline __attribute__((always_inline)) void fma_rows(const float *const *x, int nr, const void *m,
+                                                            int bf16, int64_t off, int64_t stride, int64_t n,
+                                                            int64_t jump, int nb, float out[2][8][LANES]) {
+    v16f a[8], b[8];
+    for (int r = 0; r < nr; r++) a[r] = b[r] = (v16f){0};
     if (nb == 2) {
-        v16f b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
         for (int64_t i = 0; i < n; i++) {
             const v16f mi = load16(m, bf16, off + i * stride), mj = load16(m, bf16, off + jump + i * stride);
-            const float y0 = x0[i], y1 = x1[i], y2 = x2[i], y3 = x3[i];
-            a0 = fma16(y0, mi, a0);
-            a1 = fma16(y1, mi, a1);
-            a2 = fma16(y2, mi, a2);
-            a3 = fma16(y3, mi, a3);
-            b0 = fma16(y0, mj, b0);
-            b1 = fma16(y1, mj, b1);
-            b2 = fma16(y2, mj, b2);
-            b3 = fma16(y3, mj, b3);
+            for (int r = 0; r < nr; r++) {
+                const float y = x[r][i];
+                a[r] = fma16(y, mi, a[r]);
+                b[r] = fma16(y, mj, b[r]);
+            }
         }
-        store16(out[1][0], b0);
-        store16(out[1][1], b1);
-        store16(out[1][2], b2);
-        store16(out[1][3], b3);
+        for (int r = 0; r < nr; r++) store16(out[1][r], b[r]);
     } else {
         for (int64_t i = 0; i < n; i++) {
             const v16f mi = load16(m, bf16, off + i * stride);
-            a0 = fma16(x0[i], mi, a0);
-            a1 = fma16(x1[i], mi, a1);
-            a2 = fma16(x2[i], mi, a2);
-            a3 = fma16(x3[i], mi, a3);
+            for (int r = 0; r < nr; r++) a[r] = fma16(x[r][i], mi, a[r]);
         }
     }
-    store16(out[0][0], a0);
-    store16(out[0][1], a1);
-    store16(out[0][2], a2);
-    store16(out[0][3], a3);
+    for (int r = 0; r < nr; r++) store16(out[0][r], a[r]);
 }
+
+/* fma_rows with nr a constant (so the accumulators stay in registers) */
+static void fma_rows_n(const float *const *x, int nr, const void *m, int bf16, int64_t off, int64_t stride,
+                       int64_t n, int64_t jump, int nb, float out[2][8][LANES]) {
+    if (nr == 8) fma_rows(x, 8, m, bf16, off, stride, n, jump, nb, out);
+    else fma_rows(x, 4, m, bf16, off, stride, n, jump, nb, out);
+}
+
+/* Rows go in blocks of 8, the last one of 4 where R4 is not a multiple of 8: block rb starts at row 8 rb. */
+static inline int row_blocks(int R4) { return (R4 + 7) / 8; }
+static inline int block_rows(int R4, int rb) { return R4 - 8 * rb >= 8 ? 8 : 4; }
 
 /* One call's arguments (see exact_attention). */
 typedef struct {
@@ -172,20 +170,22 @@ static void head(const Step *c, const Buffers *u, int b, int g, int tid, int nt)
     if (nt > 1) {
         #pragma omp barrier
     }
-    /* 1. scores over every cache position 0..S-1, 4 rows x 32 positions a job (16 for an odd last block) */
+    /* 1. scores over every cache position 0..S-1, 8 rows (4 in a last block) x 32 positions a job (16 for an
+     * odd last block) */
     const int64_t nblk = S16 / LANES, npair = (nblk + 1) / 2;
-    share((int64_t)(R4 / 4) * npair, tid, nt, &lo, &hi);
+    const int nrb = row_blocks(R4);
+    share((int64_t)nrb * npair, tid, nt, &lo, &hi);
     for (int64_t job = lo; job < hi; job++) {
-        const int r0 = (int)(job / npair) * 4;
+        const int rb = (int)(job / npair), r0 = 8 * rb, nr = block_rows(R4, rb);
         const int64_t b0 = job % npair * 2, s0 = b0 * LANES;
         const int nb = b0 + 1 < nblk ? 2 : 1;
-        float blk[2][4][LANES];
-        const float *qr = qf + (size_t)r0 * D;
-        fma_rows4(qr, qr + D, qr + 2 * D, qr + 3 * D, kt, 0, s0 * D, LANES, D, (int64_t)LANES * D, nb, blk);
+        float blk[2][8][LANES];
+        const float *qr[8];
+        for (int rr = 0; rr < 8; rr++) qr[rr] = qf + (size_t)(r0 + (rr < nr ? rr : 0)) * D;
+        fma_rows_n(qr, nr, kt, 0, s0 * D, LANES, D, (int64_t)LANES * D, nb, blk);
         for (int j = 0; j < nb; j++)
-            for (int rr = 0; rr < 4; rr++)
-                for (int l = 0; l < LANES; l++)
-                    sc[(size_t)(r0 + rr) * sp + s0 + j * LANES + l] = blk[j][rr][l] * c->scale;
+            for (int rr = 0; rr < nr; rr++)
+                store16(sc + (size_t)(r0 + rr) * sp + s0 + j * LANES, load16(blk[j][rr], 0, 0) * c->scale);
     }
     if (nt > 1) {
         #pragma omp barrier
@@ -231,19 +231,20 @@ static void head(const Step *c, const Buffers *u, int b, int g, int tid, int nt)
     if (nt > 1) {
         #pragma omp barrier
     }
-    /* 3. weighted values: the shared prefix 4 rows x 32 dimensions a job (16 for an odd last block), then
-     * each row's tree keys */
+    /* 3. weighted values: the shared prefix 8 rows (4 in a last block) x 32 dimensions a job (16 for an odd
+     * last block), then each row's tree keys */
     const int nd = D / LANES, nd2 = (nd + 1) / 2;
-    share((int64_t)(R4 / 4) * nd2, tid, nt, &lo, &hi);
+    share((int64_t)nrb * nd2, tid, nt, &lo, &hi);
     for (int64_t job = lo; job < hi; job++) {
-        const int r0 = (int)(job / nd2) * 4, j0 = (int)(job % nd2) * 2;
+        const int rb = (int)(job / nd2), r0 = 8 * rb, nr = block_rows(R4, rb), j0 = (int)(job % nd2) * 2;
         const int nb = j0 + 1 < nd ? 2 : 1;
-        float blk[2][4][LANES];
-        const float *wp = w + (size_t)r0 * sp;
-        fma_rows4(wp, wp + sp, wp + 2 * sp, wp + 3 * sp, c->v, c->kv_bf16, base + j0 * LANES, D, L, LANES, nb, blk);
+        float blk[2][8][LANES];
+        const float *wp[8];
+        for (int rr = 0; rr < 8; rr++) wp[rr] = w + (size_t)(r0 + (rr < nr ? rr : 0)) * sp;
+        fma_rows_n(wp, nr, c->v, c->kv_bf16, base + j0 * LANES, D, L, LANES, nb, blk);
         for (int j = 0; j < nb; j++) {
             const int d0 = (j0 + j) * LANES;
-            for (int rr = 0; rr < 4 && r0 + rr < R; rr++) {
+            for (int rr = 0; rr < nr && r0 + rr < R; rr++) {
                 const int r = r0 + rr;
                 float *ar = blk[j][rr];
                 v16f a = load16(ar, 0, 0);
