@@ -176,8 +176,8 @@ static void head(const Step *c, const Buffers *u, int b, int g, int tid, int nt)
     const int nrb = row_blocks(R4);
     share((int64_t)nrb * npair, tid, nt, &lo, &hi);
     for (int64_t job = lo; job < hi; job++) {
-        const int rb = (int)(job / npair), r0 = 8 * rb, nr = block_rows(R4, rb);
-        const int64_t b0 = job % npair * 2, s0 = b0 * LANES;
+        const int rb = (int)(job % nrb), r0 = 8 * rb, nr = block_rows(R4, rb);   /* a key block for every row */
+        const int64_t b0 = job / nrb * 2, s0 = b0 * LANES;
         const int nb = b0 + 1 < nblk ? 2 : 1;
         float blk[2][8][LANES];
         const float *qr[8];
@@ -212,20 +212,16 @@ static void head(const Step *c, const Buffers *u, int b, int g, int tid, int nt)
         count[r] = cnt;
         const int64_t np = (n + LANES - 1) / LANES * LANES;
         for (int64_t i = n; i < np; i++) wr[i] = -INFINITY;
-        float lanes[LANES];
-        for (int l = 0; l < LANES; l++) lanes[l] = -INFINITY;
-        for (int64_t i0 = 0; i0 < np; i0 += LANES)
-            for (int l = 0; l < LANES; l++) lanes[l] = wr[i0 + l] > lanes[l] ? wr[i0 + l] : lanes[l];
+        v16f acc = (v16f){0} - INFINITY;
+        for (int64_t i0 = 0; i0 < np; i0 += LANES) acc = max16(load16(wr, 0, i0), acc);
         float m = -INFINITY;                          /* the maximum: exact in any order */
-        for (int l = 0; l < LANES; l++) m = lanes[l] > m ? lanes[l] : m;
-        for (int64_t i0 = 0; i0 < np; i0 += LANES)
-            *(v16f *)(wr + i0) = exp_nonpositive(*(v16f *)(wr + i0) - m);
+        for (int l = 0; l < LANES; l++) m = acc[l] > m ? acc[l] : m;
+        for (int64_t i0 = 0; i0 < np; i0 += LANES) store16(wr + i0, exp_nonpositive(load16(wr, 0, i0) - m));
         for (int64_t i = n; i < np; i++) wr[i] = 0.0f;
-        for (int l = 0; l < LANES; l++) lanes[l] = 0.0f;
-        for (int64_t i0 = 0; i0 < np; i0 += LANES)
-            for (int l = 0; l < LANES; l++) lanes[l] += wr[i0 + l];
+        acc = (v16f){0};                              /* logical key i adds to partial sum i % 16 */
+        for (int64_t i0 = 0; i0 < np; i0 += LANES) acc += load16(wr, 0, i0);
         float total = 0.0f;
-        for (int l = 0; l < LANES; l++) total += lanes[l];
+        for (int l = 0; l < LANES; l++) total += acc[l];
         sums[r] = total;
     }
     if (nt > 1) {
@@ -236,7 +232,7 @@ static void head(const Step *c, const Buffers *u, int b, int g, int tid, int nt)
     const int nd = D / LANES, nd2 = (nd + 1) / 2;
     share((int64_t)nrb * nd2, tid, nt, &lo, &hi);
     for (int64_t job = lo; job < hi; job++) {
-        const int rb = (int)(job / nd2), r0 = 8 * rb, nr = block_rows(R4, rb), j0 = (int)(job % nd2) * 2;
+        const int rb = (int)(job % nrb), r0 = 8 * rb, nr = block_rows(R4, rb), j0 = (int)(job / nrb) * 2;
         const int nb = j0 + 1 < nd ? 2 : 1;
         float blk[2][8][LANES];
         const float *wp[8];

@@ -21,7 +21,17 @@ static inline void store16(float *dst, v16f x) { *(v16f *)dst = x; }
  * vector types (unaligned, as declared), not memcpy: GCC splits a 64-byte memcpy into two 32-byte moves,
  * and a 64-byte load of what two 32-byte stores just wrote stalls on store forwarding. */
 static inline v16f load16(const void *row, int bf16, int64_t i) {
+#if defined(__AVX512F__)
+    /* one 512-bit widening from memory (asm: GCC splits the generic form below, and even the intrinsic,
+     * into two 256-bit halves and a lane insert, shuffle-port uops that compete with the FMAs) */
+    if (bf16) {
+        __m512i w;
+        __asm__("vpmovzxwd %1, %0" : "=v"(w) : "m"(*(const __m256i *)((const uint16_t *)row + i)));
+        return (v16f)_mm512_slli_epi32(w, 16);
+    }
+#else
     if (bf16) return (v16f)(__builtin_convertvector(*(const v16h *)((const uint16_t *)row + i), v16i) << 16);
+#endif
     return *(const v16f *)((const float *)row + i);
 }
 
