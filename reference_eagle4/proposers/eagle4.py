@@ -178,7 +178,10 @@ class Eagle4Proposer(Proposer):
 
     def accepted(self, seq: "Sequence", path: list[int], hidden: list[Tensor]) -> None:
         n = len(path)
-        seq.state = (torch.cat(hidden, dim=-1), torch.tensor(seq.tokens[-n:], device=hidden[0].device))
+        feats, toks = torch.cat(hidden, dim=-1), torch.tensor(seq.tokens[-n:], device=hidden[0].device)
+        if seq.state is not None:           # a step that did not draft left its pairs for the next catch-up
+            feats, toks = torch.cat([seq.state[0], feats]), torch.cat([seq.state[1], toks])
+        seq.state = (feats, toks)
 
     def moved(self, seq: "Sequence", old_slot: int, new_slot: int) -> None:
         if self.cache is not None:
@@ -354,8 +357,14 @@ class Eagle4Proposer(Proposer):
             n_rec += k * k
             level += 1
             level_ms = 1000 * (time.perf_counter() - t0)
-        all_s, all_t, all_p = self._candidates(torch.cat(scores, 1), torch.cat(tokens, 1), torch.cat(parents, 1))
-        N = all_s.shape[1]
+        return self._trees(roots, *self._candidates(torch.cat(scores, 1), torch.cat(tokens, 1),
+                                                    torch.cat(parents, 1)), n_draft)
+
+    def _trees(self, roots: list[int], all_s: Tensor, all_t: Tensor, all_p: Tensor, n_draft: int) -> list[DraftTree]:
+        """Each sequence's tree: its `_tree_sizes` best candidates (cumulative log-probabilities all_s [B, n],
+        tokens all_t, parent records all_p), parents first."""
+        B, N = all_s.shape
+        dev = all_s.device
         sizes = [max(0, min(n, n_draft, N)) for n in self._tree_sizes(all_s)]
         n = max(sizes)
         order = torch.sort(all_s, dim=-1, descending=True, stable=True).indices[:, :n]

@@ -18,6 +18,12 @@ takes another occurrence's continuation); and the datastore (`datastore`, the on
 unless `off` or another folder), the majority continuation of the context's longest suffix among the
 target's own responses to training prompts, since a small target repeats its stock phrases across
 prompts. Where a source misses, its measured rate falls and the planner drops its drafts.
+
+A step may skip the drafter (`skip_drafter`, on by default): when the retrieval drafts alone promise a
+higher expected speed than the drafter's plans have reached lately, the step verifies them and no more,
+saving the catch-up and the draft levels; the drafter's cache takes the pairs accepted meanwhile in the next
+drafting step's catch-up. Copied phrases are where this pays: there the lookup is confident and the drafter
+adds little.
 """
 
 from __future__ import annotations
@@ -52,10 +58,11 @@ if TYPE_CHECKING:
           "calibrated cost table")
 class Eagle4Harness(Eagle4Proposer):
     default_top_k = 8
+    REFRESH = 8          # a step drafts at least this often (see _retrieval_suffices)
 
     def __init__(self, budget: int, table: CostTable | str | None = None, lookup: Any = True,
                  lookup_max_n: int = 3, lookup_matches: int = 3, datastore: str | None = None,
-                 per_sequence: Any = False, **options: Any) -> None:
+                 per_sequence: Any = False, skip_drafter: Any = True, **options: Any) -> None:
         options.setdefault("depth", max(budget - 1, 1))
         super().__init__(budget, **options)
         self.lookup = flag_option(lookup)
@@ -77,6 +84,9 @@ class Eagle4Harness(Eagle4Proposer):
         self.table = CostTable.load(table) if isinstance(table, str) else table
         self.table_source = "given" if table is not None else ""
         self._planner: TreePlanner | None = None
+        self.skip_drafter = flag_option(skip_drafter)   # on: steps may verify retrieval drafts alone
+        self._drafted_speed: float | None = None         # running mean of drafting steps' expected speed
+        self._since_drafted = 0
         self._level_ms = 0.0          # running estimate of one draft level's time (measured)
         self._spent_ms = 0.0          # drafting time spent in the current step
         self._levels = 0
@@ -113,7 +123,7 @@ class Eagle4Harness(Eagle4Proposer):
                 "lookup_matches": self.lookup_matches if self.lookup else None,
                 "datastore": str(self.datastore_path) if self.datastore_path else None,
                 "datastore_sha256": sha256_file(self.datastore_path / "tokens.npy") if self.datastore_path else None,
-                "per_sequence": self.per_sequence}
+                "per_sequence": self.per_sequence, "skip_drafter": self.skip_drafter}
 
     def propose(self, seqs: list["Sequence"]) -> list["DraftTree"]:  # type: ignore[override]
         assert self.table is not None, "bind() the proposer to a target first"
@@ -121,10 +131,29 @@ class Eagle4Harness(Eagle4Proposer):
         self._spent_ms, self._levels = 0.0, 0
         retrieve = (self.lookup or self.datastore is not None) and self.budget > 1
         self._lookup_logp = self._lookup_drafts(seqs) if retrieve else None
-        trees = super().propose(seqs)
+        if self._retrieval_suffices():
+            self._since_drafted += 1
+            B = len(seqs)
+            none = torch.empty(B, 0)
+            trees = self._trees([s.tokens[-1] for s in seqs], *self._candidates(
+                none, none.long(), none.long()), self.budget - 1)
+        else:
+            self._since_drafted = 0
+            trees = super().propose(seqs)
         for tree in trees:
             tree.info = {"levels": self._levels}
         return trees
+
+    def _retrieval_suffices(self) -> bool:
+        """Whether this step should verify retrieval drafts alone: their plan's expected speed beats what
+        the drafter's plans have reached lately (a running mean of their expected speed, drafting time
+        included). A step without the drafter also skips its catch-up, which the next drafting step does for
+        every pair accepted since. At least every `REFRESH` steps draft, to keep that mean current."""
+        if not self.skip_drafter or self._lookup_logp is None or self._drafted_speed is None \
+                or self._since_drafted >= self.REFRESH:
+            return False
+        alone = self._planner.best_sizes(self._top_probs(self._lookup_logp), 0.0, self.per_sequence)
+        return alone.speed > self._drafted_speed
 
     def accepted(self, seq: "Sequence", path: list[int], hidden: list[Tensor]) -> None:
         super().accepted(seq, path, hidden)
@@ -207,7 +236,11 @@ class Eagle4Harness(Eagle4Proposer):
             self._next_level_ms(frontier.shape[1]), self.per_sequence)
 
     def _tree_sizes(self, scores: Tensor) -> list[int]:
-        return self._planner.best_sizes(self._top_probs(scores), self._spent_ms, self.per_sequence).sizes
+        plan = self._planner.best_sizes(self._top_probs(scores), self._spent_ms, self.per_sequence)
+        if self._levels:                     # a step that drafted: its expected speed joins the running mean
+            old = self._drafted_speed
+            self._drafted_speed = plan.speed if old is None else 0.7 * old + 0.3 * plan.speed
+        return plan.sizes
 
     def _best_probs(self, scores: list[Tensor]) -> list[list[float]]:
         """While drafting: the drafter's nodes so far and the lookup draft (a shared node counted twice)."""

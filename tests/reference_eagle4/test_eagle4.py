@@ -120,6 +120,35 @@ def test_sliding_window_hides_old_tokens(target):
     assert not torch.allclose(last_hidden(far_f, far_t, None), last_hidden(feats, tokens, None), atol=1e-3)
 
 
+def test_pairs_left_by_steps_without_drafting_are_caught_up_together(target):
+    """A step that verifies retrieval drafts alone (the harness's) leaves its accepted pairs pending; the next
+    drafting step's one catch-up must leave the drafter where a catch-up after every step would."""
+    H, capture = target.args.dim, target.args.eagle_layers
+    g = torch.Generator().manual_seed(4)
+    prompt = torch.randint(0, 256, (10,), generator=g).tolist()
+    steps = [(torch.randint(0, 256, (n,), generator=g).tolist(), torch.randn(n, 3 * H, generator=g)) for n in (3, 2)]
+
+    def drafter_after(catch_up_every_step: bool):
+        p = Eagle4Proposer(budget=4, drafter=tiny_drafter(target, window=6), target=target, int8=False)
+        seq = fake_seq(prompt + [7])
+        p.begin(seq, prefill_hidden(target, prompt, capture))
+        last = None
+        with torch.inference_mode():
+            for i, (emitted, feats) in enumerate(steps):
+                seq.tokens += emitted
+                p.accepted(seq, list(range(len(emitted))), list(feats.split(H, dim=-1)))
+                if catch_up_every_step or i == len(steps) - 1:
+                    last = p._catch_up([0], [seq.state[0]], [seq.state[1]])
+                    seq.state = None
+        c = p.cache
+        return last, c.k[0], c.v[0], c.pos[0], int(c.next[0])
+
+    each, together = drafter_after(True), drafter_after(False)
+    assert each[3].tolist() == together[3].tolist() and each[4] == together[4] == len(prompt) + 5
+    for a, b in zip(each[:3], together[:3]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("window", [5, None])
 def test_inference_matches_training_unroll(target, window):
     """The proposer's catch-up + chain drafting computes what TTT step j computes for the same tokens:

@@ -91,6 +91,24 @@ def test_lookup_drafts_lift_acceptance_and_stay_lossless_when_the_drafter_is_poo
 
 
 @pytest.mark.parametrize("C", [1, 3])
+def test_steps_where_retrieval_suffices_skip_the_drafter_and_stay_lossless(bigram, C):
+    """With a drafter that never matches and lookup drafts that do, steps whose lookup drafts promise more
+    than the drafter's plans have verify them alone (no draft level, no catch-up); others still draft, and
+    the outputs equal vanilla's. `skip_drafter=off` drafts every step."""
+    t, reqs = bigram
+    reqs = reqs[:4]
+    base, _ = run(t, reqs, "vanilla", 1, max_new_tokens=64)
+    levels = {}
+    for on in (True, False):
+        out, steps = run(t, reqs, "eagle4-harness", C, drafter=tiny_drafter(t), max_new_tokens=64,
+                         table=table(0.5), skip_drafter=on)
+        assert out == base
+        levels[on] = [st["levels"] for st in steps]
+    assert levels[True].count(0) >= 5 and max(levels[True]) >= 1
+    assert 0 not in levels[False]
+
+
+@pytest.mark.parametrize("C", [1, 3])
 def test_datastore_drafts_from_other_responses_lift_acceptance_and_stay_lossless(bigram, C, tmp_path):
     """Responses to *other* prompts, indexed, draft the bigram target's recurring runs: with the datastore
     (and prompt lookup off, so it alone retrieves) the harness emits more per step and still equals vanilla."""
