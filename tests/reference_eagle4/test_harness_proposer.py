@@ -74,19 +74,26 @@ def test_trees_shrink_at_large_batch(bigram):
     assert mean(eight) < mean(one) - 2
 
 
+def lossless_with_a_poor_drafter(bigram, C: int, option: str) -> dict[bool, list[dict]]:
+    """The harness with a random drafter on 4 requests, `option` on and off: each run's steps, after checking
+    that both runs' outputs equal vanilla's."""
+    t, reqs = bigram
+    reqs = reqs[:4]
+    base, _ = run(t, reqs, "vanilla", 1, max_new_tokens=64)
+    steps = {}
+    for on in (False, True):
+        out, steps[on] = run(t, reqs, "eagle4-harness", C, drafter=tiny_drafter(t), max_new_tokens=64,
+                             table=table(0.5), **{option: on})
+        assert out == base
+    return steps
+
+
 @pytest.mark.parametrize("C", [1, 3])
 def test_lookup_drafts_lift_acceptance_and_stay_lossless_when_the_drafter_is_poor(bigram, C):
     """A random drafter almost never matches; the bigram target's output falls into cycles, which prompt
     lookup copies. With lookup on, the harness must emit more tokens per step and still equal vanilla."""
-    t, reqs = bigram
-    reqs = reqs[:4]
-    base, _ = run(t, reqs, "vanilla", 1, max_new_tokens=64)
-    al = {}
-    for on in (False, True):
-        out, steps = run(t, reqs, "eagle4-harness", C, drafter=tiny_drafter(t), max_new_tokens=64,
-                         table=table(0.5), lookup=on)
-        assert out == base
-        al[on] = sum(st["emitted"] for st in steps) / len(steps)
+    steps = lossless_with_a_poor_drafter(bigram, C, "lookup")
+    al = {on: sum(st["emitted"] for st in s) / len(s) for on, s in steps.items()}
     assert al[True] > al[False] + 0.5
 
 
@@ -95,15 +102,8 @@ def test_steps_where_retrieval_suffices_skip_the_drafter_and_stay_lossless(bigra
     """With a drafter that never matches and lookup drafts that do, steps whose lookup drafts promise more
     than the drafter's plans have verify them alone (no draft level, no catch-up); others still draft, and
     the outputs equal vanilla's. `skip_drafter=off` drafts every step."""
-    t, reqs = bigram
-    reqs = reqs[:4]
-    base, _ = run(t, reqs, "vanilla", 1, max_new_tokens=64)
-    levels = {}
-    for on in (True, False):
-        out, steps = run(t, reqs, "eagle4-harness", C, drafter=tiny_drafter(t), max_new_tokens=64,
-                         table=table(0.5), skip_drafter=on)
-        assert out == base
-        levels[on] = [st["levels"] for st in steps]
+    runs = lossless_with_a_poor_drafter(bigram, C, "skip_drafter")
+    levels = {on: [st["levels"] for st in s] for on, s in runs.items()}
     assert levels[True].count(0) >= 5 and max(levels[True]) >= 1
     assert 0 not in levels[False]
 
