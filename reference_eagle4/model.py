@@ -285,6 +285,8 @@ def int8_linear(linear: nn.Linear) -> nn.Module:
         except (RuntimeError, NotImplementedError):
             _INT8[key] = False
     return Int8Linear(linear) if _INT8[key] else packed(linear)
+
+
 _PACKABLE: dict[torch.dtype, bool] = {}
 
 

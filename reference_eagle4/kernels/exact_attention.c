@@ -181,7 +181,7 @@ static void head(const Step *c, const Buffers *u, int b, int g, int tid, int nt)
         const int nb = b0 + 1 < nblk ? 2 : 1;
         float blk[2][8][LANES];
         const float *qr[8];
-        for (int rr = 0; rr < 8; rr++) qr[rr] = qf + (size_t)(r0 + (rr < nr ? rr : 0)) * D;
+        for (int rr = 0; rr < nr; rr++) qr[rr] = qf + (size_t)(r0 + rr) * D;
         fma_rows_n(qr, nr, kt, 0, s0 * D, LANES, D, (int64_t)LANES * D, nb, blk);
         for (int j = 0; j < nb; j++)
             for (int rr = 0; rr < nr; rr++)
@@ -236,7 +236,7 @@ static void head(const Step *c, const Buffers *u, int b, int g, int tid, int nt)
         const int nb = j0 + 1 < nd ? 2 : 1;
         float blk[2][8][LANES];
         const float *wp[8];
-        for (int rr = 0; rr < 8; rr++) wp[rr] = w + (size_t)(r0 + (rr < nr ? rr : 0)) * sp;
+        for (int rr = 0; rr < nr; rr++) wp[rr] = w + (size_t)(r0 + rr) * sp;
         fma_rows_n(wp, nr, c->v, c->kv_bf16, base + j0 * LANES, D, L, LANES, nb, blk);
         for (int j = 0; j < nb; j++) {
             const int d0 = (j0 + j) * LANES;

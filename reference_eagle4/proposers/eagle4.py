@@ -360,7 +360,8 @@ class Eagle4Proposer(Proposer):
         return self._trees(roots, *self._candidates(torch.cat(scores, 1), torch.cat(tokens, 1),
                                                     torch.cat(parents, 1)), n_draft)
 
-    def _trees(self, roots: list[int], all_s: Tensor, all_t: Tensor, all_p: Tensor, n_draft: int) -> list[DraftTree]:
+    def _trees(self, roots: list[int], all_s: Tensor, all_t: Tensor, all_p: Tensor,
+               n_draft: int) -> list[DraftTree]:
         """Each sequence's tree: its `_tree_sizes` best candidates (cumulative log-probabilities all_s [B, n],
         tokens all_t, parent records all_p), parents first."""
         B, N = all_s.shape

@@ -133,10 +133,9 @@ class Eagle4Harness(Eagle4Proposer):
         self._lookup_logp = self._lookup_drafts(seqs) if retrieve else None
         if self._retrieval_suffices():
             self._since_drafted += 1
-            B = len(seqs)
-            none = torch.empty(B, 0)
-            trees = self._trees([s.tokens[-1] for s in seqs], *self._candidates(
-                none, none.long(), none.long()), self.budget - 1)
+            none = torch.empty(len(seqs), 0)                  # no drafter records: the retrieval drafts alone
+            trees = self._trees([s.tokens[-1] for s in seqs], *self._candidates(none, none.long(), none.long()),
+                                self.budget - 1)
         else:
             self._since_drafted = 0
             trees = super().propose(seqs)
