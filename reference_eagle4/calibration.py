@@ -92,8 +92,9 @@ class CostTable:
 # to 16 are timed in 3x the rounds (tables timed before priced them from 3 rounds). 5: the attention kernel
 # keeps its accumulators in registers (1.3-1.6x faster, most at several tokens and at batch 8). 6: the
 # drafter's layer streams int8 weights (a draft level about 1 ms cheaper on the CPU), and the attention kernel
-# shares each load among 8 rows (11-18% faster at 4-14 tokens a sequence).
-COSTS_REVISION = 6
+# shares each load among 8 rows (11-18% faster at 4-14 tokens a sequence). 7: the layers' element-wise
+# work is one C pass per operation (`layer_ops`; a step 10% cheaper at one token, 20% at 12).
+COSTS_REVISION = 7
 
 
 def device_key(model: Transformer, parallelism: str = "single") -> dict[str, Any]:

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from reference_eagle4.kernels import layer_ops
 from reference_eagle4.kernels.exact_attention_cpu import exact_attention_cpu, library, supports
 
 
@@ -129,7 +130,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+        return layer_ops.rms_norm(x, self.weight, self.eps)
 
 
 class Block(nn.Module):
@@ -145,26 +146,21 @@ class Block(nn.Module):
         self.gate_up = nn.Linear(args.dim, 2 * args.intermediate, bias=False)
         self.down = nn.Linear(args.intermediate, args.dim, bias=False)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache_k: Tensor, cache_v: Tensor,
-                write: tuple[Tensor, Tensor], attend: Callable[[Tensor, Tensor, Tensor], Tensor],
-                packed: "Packing | None" = None, exact: bool = True) -> Tensor:
-        """x: [B, T, dim], or [N, dim] holding only the real tokens when `packed` (attention unpacks)."""
-        a = self.args
-        B, T = cos.shape[0], cos.shape[2]
+    def forward(self, x: Tensor, cache_k: Tensor, cache_v: Tensor, store: Callable[[Tensor, Tensor, Tensor], Tensor],
+                attend: Callable[[Tensor, Tensor, Tensor], Tensor], packed: "Packing | None" = None,
+                exact: bool = True) -> Tensor:
+        """x: [B, T, dim], or [N, dim] holding only the real tokens when `packed` (attention unpacks).
+        store(qkv, cache_k, cache_v) rotates this step's queries and keys, writes keys and values to the
+        cache and returns the queries [B, H, T, D] (`Transformer._rope_store`)."""
         qkv = linear(self.qkv, self.attn_norm(x), exact)
         if packed is not None:
             qkv = packed.unpack(qkv)
-        q, k, v = qkv.split([a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim, a.n_kv_heads * a.head_dim], -1)
-        q = apply_rope(q.view(B, T, a.n_heads, a.head_dim).transpose(1, 2), cos, sin)
-        k = apply_rope(k.view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2), cos, sin)
-        v = v.view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)
-        rows, cols = write
-        cache_k[rows, :, cols] = k.transpose(1, 2).to(cache_k.dtype)
-        cache_v[rows, :, cols] = v.transpose(1, 2).to(cache_v.dtype)
+        q = store(qkv, cache_k, cache_v)
+        B, _, T, _ = q.shape
         out = attend(q, cache_k, cache_v).transpose(1, 2).reshape(B, T, -1)
-        x = x + linear(self.o, out if packed is None else packed.pack(out), exact)
-        g, u = linear(self.gate_up, self.mlp_norm(x), exact).chunk(2, dim=-1)
-        return x + linear(self.down, F.silu(g) * u, exact)
+        x, h = layer_ops.add_rms_norm(x, linear(self.o, out if packed is None else packed.pack(out), exact),
+                                      self.mlp_norm.weight, self.mlp_norm.eps)
+        return x + linear(self.down, layer_ops.silu_mul(linear(self.gate_up, h, exact)), exact)
 
 
 class Packing:
@@ -371,13 +367,10 @@ class Transformer(nn.Module):
             depths = steps.expand(B, T)
         if tree_mask is None:
             tree_mask = torch.ones(T, T, dtype=torch.bool, device=dev).tril().expand(B, T, T)
-        pos = lens[:, None] + depths
-        cos = self.rope_cos[pos].unsqueeze(1).to(self.embed.weight.dtype)
-        sin = self.rope_sin[pos].unsqueeze(1).to(self.embed.weight.dtype)
         kv_len = int(lens.max()) + T
         if kv_len > cache.max_len:
             raise ValueError(f"KV cache overflow: {kv_len} > {cache.max_len} positions")
-        write = (torch.arange(B, device=dev)[:, None].expand(B, T), lens[:, None] + steps)
+        store = self._rope_store(lens, (lens[:, None] + depths).contiguous(), cache)
         attend = self._attention(lens, tree_mask, kv_len, exact, cache.k.dtype, valid)
 
         packed = Packing(valid) if valid is not None else None
@@ -386,7 +379,7 @@ class Transformer(nn.Module):
         for i, layer in enumerate(self.layers):
             if i in capture:
                 hidden.append(x if packed is None else packed.unpack(x))
-            x = layer(x, cos, sin, cache.k[i, first_slot:], cache.v[i, first_slot:], write, attend, packed, exact)
+            x = layer(x, cache.k[i, first_slot:], cache.v[i, first_slot:], store, attend, packed, exact)
         if self.args.n_layers in capture:
             hidden.append(x if packed is None else packed.unpack(x))
         x = self.norm(x)
@@ -394,6 +387,30 @@ class Transformer(nn.Module):
             x = x[logits_rows]
         return linear(self.lm_head, x, exact), hidden
 
+
+    def _rope_store(self, lens: Tensor, pos: Tensor, cache: KVCache) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+        """store(qkv, cache_k, cache_v) -> rotated queries [B, H, T, D] for this step, keys rotated and values
+        written at each slot's length + t: `layer_ops.rope_store` where it runs (one C pass, fp32 tables),
+        else PyTorch over the tables in the model dtype. One choice per step, the same for every layer."""
+        a = self.args
+        B, T = pos.shape
+        heads = (a.n_heads, a.n_kv_heads, a.head_dim)
+        w = self.embed.weight
+        if layer_ops.runs_here(w, cache.k, cache.v) and self.rope_cos.dtype == torch.float32:
+            return lambda qkv, k, v: layer_ops.rope_store(qkv, pos, self.rope_cos, self.rope_sin, heads, k, v, lens)
+        cos = self.rope_cos[pos].unsqueeze(1).to(w.dtype)
+        sin = self.rope_sin[pos].unsqueeze(1).to(w.dtype)
+        rows = torch.arange(B, device=pos.device)[:, None].expand(B, T)
+        cols = lens[:, None] + torch.arange(T, device=pos.device)
+
+        def store(qkv: Tensor, cache_k: Tensor, cache_v: Tensor) -> Tensor:
+            q, k, v = qkv.split([a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim, a.n_kv_heads * a.head_dim], -1)
+            q = apply_rope(q.view(B, T, a.n_heads, a.head_dim).transpose(1, 2), cos, sin)
+            k = apply_rope(k.view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2), cos, sin)
+            cache_k[rows, :, cols] = k.transpose(1, 2).to(cache_k.dtype)
+            cache_v[rows, :, cols] = v.view(B, T, a.n_kv_heads, a.head_dim).to(cache_v.dtype)
+            return q
+        return store
 
     def _attention(self, lens: Tensor, tree_mask: Tensor, kv_len: int, exact: bool, cache_dtype: torch.dtype,
                    valid: Tensor | None) -> Callable[[Tensor, Tensor, Tensor], Tensor]:

@@ -3,18 +3,24 @@
 Speculation pays only while verifying T tokens costs little more than decoding one, so the part of a
 forward that grows with T is the part to optimise. This runs the target's exact (decode/verification)
 forward on the default target at one context length, for 1 token and for T tokens, interleaved, under
-torch.profiler, and prints the operators whose self time grows most from 1 to T tokens.
+torch.profiler, and prints the operators whose self time grows most from 1 to T tokens. The C kernels
+called through ctypes other than exact attention (`layer_ops`, the layers' element-wise work) do not show
+as operators, so it also prints the wall-clock time of a forward, unprofiled; `--pytorch-layer-ops` adds
+the same forwards with PyTorch's element-wise operators in their place, in the same rounds.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from reference_eagle4.calibration import interleaved_ms
 from reference_eagle4.device import resolve_dtype
-from reference_eagle4.model import load_transformer, pack_linears
+from reference_eagle4.kernels import layer_ops
+from reference_eagle4.model import KVCache, Transformer, load_transformer, pack_linears
 from reference_eagle4.weights import resolve_target
 
 
@@ -26,6 +32,8 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=350, help="Cached tokens before the step.")
     ap.add_argument("--repeats", type=int, default=20, help="Forwards profiled per step size and round.")
     ap.add_argument("--rows", type=int, default=12, help="Operators shown.")
+    ap.add_argument("--pytorch-layer-ops", action="store_true",
+                    help="Also time forwards with PyTorch's element-wise operators instead of layer_ops.c.")
     args = ap.parse_args()
     model = pack_linears(load_transformer(resolve_target(args.target), resolve_dtype(args.dtype)))
     cache = model.new_cache(1, args.context + args.tokens)
@@ -45,6 +53,7 @@ def main() -> None:
                 for e in prof.key_averages():
                     per = e.self_cpu_time_total / 1000 / args.repeats / 2
                     self_ms[T][e.key] = self_ms[T].get(e.key, 0.0) + per
+        print_wall_ms(model, cache, args.tokens, args.repeats, args.pytorch_layer_ops)
     one, many = self_ms[1], self_ms[args.tokens]
     print(f"self time per forward at context {args.context}: 1 token {sum(one.values()):.2f} ms, "
           f"{args.tokens} tokens {sum(many.values()):.2f} ms")
@@ -52,6 +61,28 @@ def main() -> None:
     for key in sorted(set(one) | set(many), key=lambda k: one.get(k, 0.0) - many.get(k, 0.0))[: args.rows]:
         a, b = one.get(key, 0.0), many.get(key, 0.0)
         print(f"| {key} | {a:.2f} | {b:.2f} | {b - a:+.2f} |")
+
+
+
+def print_wall_ms(model: Transformer, cache: KVCache, tokens: int, repeats: int, pytorch_too: bool) -> None:
+    """Median wall-clock ms of unprofiled forwards of 1 and `tokens` tokens, interleaved (and, with
+    pytorch_too, the same with layer_ops' PyTorch path: its library hidden for those calls)."""
+    library = layer_ops.library
+    fns, names = [], []
+    for pytorch in (False, True) if pytorch_too else (False,):
+        for T in (1, tokens):
+            ids = torch.randint(0, model.args.vocab_size, (1, T))
+
+            def forward(ids=ids, pytorch=pytorch):
+                layer_ops.library = (lambda: None) if pytorch else library
+                try:
+                    model(ids, cache)
+                finally:
+                    layer_ops.library = library
+            fns.append(forward)
+            names.append(f"{T} token{'s' if T > 1 else ''}{', PyTorch element-wise' if pytorch else ''}")
+    for name, samples in zip(names, interleaved_ms(fns, repeats, warmup=3)):
+        print(f"wall time per forward, {name}: {statistics.median(samples):.2f} ms")
 
 
 if __name__ == "__main__":
