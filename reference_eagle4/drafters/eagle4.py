@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from reference_eagle4.kernels import row_ops
+from reference_eagle4.kernels import layer_ops, row_ops
 from reference_eagle4.kernels.lowrank_head_cpu import LowrankHeadCPU
 from reference_eagle4.model import ModelArgs, RMSNorm, apply_rope, int8_linear, packed
 
@@ -306,9 +306,9 @@ class Eagle4Drafter(nn.Module):
     def finish(self, h: Tensor, attn: Tensor) -> Tensor:
         """Residual + o(attn [B, nq, T, hd]) then the MLP; returns the pre-norm hidden state."""
         B, _, T, _ = attn.shape
-        h = h + self.o(attn.transpose(1, 2).reshape(B, T, -1))
-        g, u = self.gate_up(self.post_norm(h)).chunk(2, dim=-1)
-        return h + self.down(F.silu(g) * u)
+        h, hn = layer_ops.add_rms_norm(h, self.o(attn.transpose(1, 2).reshape(B, T, -1)), self.post_norm.weight,
+                                       self.post_norm.eps)
+        return h + self.down(layer_ops.silu_mul(self.gate_up(hn)))
 
     def full_logits(self, hn: Tensor) -> Tensor:
         """Logits over the whole draft vocabulary for normed hidden rows [N, H]."""
