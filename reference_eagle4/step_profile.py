@@ -2,11 +2,12 @@
 
 Speculation pays only while verifying T tokens costs little more than decoding one, so the part of a
 forward that grows with T is the part to optimise. This runs the target's exact (decode/verification)
-forward on the default target at one context length, for 1 token and for T tokens, interleaved, under
-torch.profiler, and prints the operators whose self time grows most from 1 to T tokens. The C kernels
-called through ctypes other than exact attention (`layer_ops`, the layers' element-wise work) do not show
-as operators, so it also prints the wall-clock time of a forward, unprofiled; `--pytorch-layer-ops` adds
-the same forwards with PyTorch's element-wise operators in their place, in the same rounds.
+forward on the default target at one context length (one sequence, or --batch of them), for 1 token and
+for T tokens, interleaved, under torch.profiler, and prints the operators whose self time grows most from
+1 to T tokens. The C kernels called through ctypes other than exact attention (`layer_ops`, the layers'
+element-wise work) do not show as operators, so it also prints the wall-clock time of a forward,
+unprofiled; `--pytorch-layer-ops` adds the same forwards with PyTorch's element-wise operators in their
+place, in the same rounds.
 """
 
 from __future__ import annotations
@@ -30,21 +31,23 @@ def main() -> None:
     ap.add_argument("--dtype", default="auto", help="auto, float32 or bfloat16.")
     ap.add_argument("--tokens", type=int, default=12, help="Tokens of the step compared with a 1-token step.")
     ap.add_argument("--context", type=int, default=350, help="Cached tokens before the step.")
+    ap.add_argument("--batch", type=int, default=1, help="Sequences in the step (each with --context cached).")
     ap.add_argument("--repeats", type=int, default=20, help="Forwards profiled per step size and round.")
     ap.add_argument("--rows", type=int, default=12, help="Operators shown.")
     ap.add_argument("--pytorch-layer-ops", action="store_true",
                     help="Also time forwards with PyTorch's element-wise operators instead of layer_ops.c.")
     args = ap.parse_args()
     model = pack_linears(load_transformer(resolve_target(args.target), resolve_dtype(args.dtype)))
-    cache = model.new_cache(1, args.context + args.tokens)
+    cache = model.new_cache(args.batch, args.context + args.tokens)
     vocab = model.args.vocab_size
     self_ms: dict[int, dict[str, float]] = {1: {}, args.tokens: {}}
     with torch.inference_mode():
-        model(torch.randint(0, vocab, (1, args.context)), cache, exact=False)
-        cache.keep(0, torch.arange(args.context))
+        for slot in range(args.batch):
+            model(torch.randint(0, vocab, (1, args.context)), cache, first_slot=slot, exact=False)
+            cache.keep(slot, torch.arange(args.context))
         for _ in range(2):                       # two interleaved rounds, so drift touches both sizes alike
             for T in self_ms:
-                ids = torch.randint(0, vocab, (1, T))
+                ids = torch.randint(0, vocab, (args.batch, T))
                 for _ in range(3):
                     model(ids, cache)
                 with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -55,7 +58,8 @@ def main() -> None:
                     self_ms[T][e.key] = self_ms[T].get(e.key, 0.0) + per
         print_wall_ms(model, cache, args.tokens, args.repeats, args.pytorch_layer_ops)
     one, many = self_ms[1], self_ms[args.tokens]
-    print(f"self time per forward at context {args.context}: 1 token {sum(one.values()):.2f} ms, "
+    print(f"self time per forward at context {args.context}, batch {args.batch}: "
+          f"1 token {sum(one.values()):.2f} ms, "
           f"{args.tokens} tokens {sum(many.values()):.2f} ms")
     print(f"| operator | 1 token ms | {args.tokens} tokens ms | growth ms |\n|---|---|---|---|")
     for key in sorted(set(one) | set(many), key=lambda k: one.get(k, 0.0) - many.get(k, 0.0))[: args.rows]:
@@ -71,7 +75,7 @@ def print_wall_ms(model: Transformer, cache: KVCache, tokens: int, repeats: int,
     fns, names = [], []
     for pytorch in (False, True) if pytorch_too else (False,):
         for T in (1, tokens):
-            ids = torch.randint(0, model.args.vocab_size, (1, T))
+            ids = torch.randint(0, model.args.vocab_size, (cache.lengths.numel(), T))
 
             def forward(ids=ids, pytorch=pytorch):
                 layer_ops.library = (lambda: None) if pytorch else library
