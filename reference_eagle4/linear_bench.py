@@ -13,12 +13,11 @@ from __future__ import annotations
 import argparse
 
 import torch
-from torch import Tensor
 import torch.nn.functional as F
+from torch import Tensor
 
 from reference_eagle4.calibration import median_ms
 from reference_eagle4.model import PackedLinear, can_pack
-
 
 INT4_GROUP = 32
 

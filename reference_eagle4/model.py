@@ -387,7 +387,6 @@ class Transformer(nn.Module):
             x = x[logits_rows]
         return linear(self.lm_head, x, exact), hidden
 
-
     def _rope_store(self, lens: Tensor, pos: Tensor, cache: KVCache) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
         """store(qkv, cache_k, cache_v) -> rotated queries [B, H, T, D] for this step, keys rotated and values
         written at each slot's length + t: `layer_ops.rope_store` where it runs (one C pass, fp32 tables),

@@ -67,7 +67,6 @@ def main() -> None:
         print(f"| {key} | {a:.2f} | {b:.2f} | {b - a:+.2f} |")
 
 
-
 def print_wall_ms(model: Transformer, cache: KVCache, tokens: int, repeats: int, pytorch_too: bool) -> None:
     """Median wall-clock ms of unprofiled forwards of 1 and `tokens` tokens, interleaved (and, with
     pytorch_too, the same with layer_ops' PyTorch path: its library hidden for those calls)."""

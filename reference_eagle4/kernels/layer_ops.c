@@ -9,7 +9,6 @@
  * bf16 (bf16 = 1) or fp32 values. Python side: reference_eagle4/kernels/layer_ops.py.
  */
 #include <stdint.h>
-#include <string.h>
 #include <math.h>
 #include <omp.h>
 
@@ -38,14 +37,7 @@ static inline void store16_as(void *row, int bf16, int64_t i, v16f x) {
 static inline v16f loadn(const void *row, int bf16, int64_t i, int64_t m) {
     if (m >= LANES) return load16(row, bf16, i);
     v16f v = {0};
-    for (int64_t l = 0; l < m; l++) {
-        if (bf16) {
-            const uint32_t u = (uint32_t)((const uint16_t *)row)[i + l] << 16;
-            memcpy(&v[l], &u, sizeof u);
-        } else {
-            v[l] = ((const float *)row)[i + l];
-        }
-    }
+    for (int64_t l = 0; l < m; l++) v[l] = load1(row, bf16, i + l);
     return v;
 }
 
@@ -133,7 +125,8 @@ void rope_store(const void *qkv, int64_t ld, int bf16, int64_t B, int64_t T, con
     }
 }
 
-/* out[r] = silu(g) * u for gu[r] = [g | u] of n each (row stride ld; out rows contiguous). silu(g) = g * sigmoid(g), the sigmoid from exp(-|g|) so the exponential never overflows. */
+/* out[r] = silu(g) * u for gu[r] = [g | u] of n each (row stride ld; out rows contiguous). silu(g) =
+ * g * sigmoid(g), the sigmoid from exp(-|g|) so the exponential never overflows. */
 void rows_silu_mul(const void *gu, int64_t ld, int bf16, int64_t rows, int64_t n, void *out) {
     #pragma omp parallel for schedule(static) if (rows > 4)
     for (int64_t r = 0; r < rows; r++) {

@@ -9,16 +9,6 @@
 
 #include "vec16.h"
 
-static inline float load1(const void *row, int bf16, int64_t i) {
-    if (bf16) {
-        uint32_t u = (uint32_t)((const uint16_t *)row)[i] << 16;
-        float f;
-        memcpy(&f, &u, sizeof f);
-        return f;
-    }
-    return ((const float *)row)[i];
-}
-
 /* A heap entry; "worse" = a smaller value, or an equal value at a larger index (ties keep the first). */
 typedef struct { float v; int64_t i; } Entry;
 

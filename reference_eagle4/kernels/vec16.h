@@ -35,6 +35,17 @@ static inline v16f load16(const void *row, int bf16, int64_t i) {
     return *(const v16f *)((const float *)row + i);
 }
 
+/* Element i, bf16 (widened exactly) or fp32: load16 for one value. */
+static inline float load1(const void *row, int bf16, int64_t i) {
+    if (bf16) {
+        uint32_t u = (uint32_t)((const uint16_t *)row)[i] << 16;
+        float f;
+        memcpy(&f, &u, sizeof f);
+        return f;
+    }
+    return ((const float *)row)[i];
+}
+
 /* a * b + c lane by lane for a scalar a, rounded once (fmaf's result on every path): one broadcast FMA on
  * AVX-512 CPUs, where GCC keeps a loop of fmaf's accumulators in memory rather than in registers */
 static inline v16f fma16(float a, v16f b, v16f c) {
