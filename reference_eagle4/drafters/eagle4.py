@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from reference_eagle4.kernels import layer_ops, row_ops
+from reference_eagle4.kernels import drafter_attention, layer_ops, row_ops
 from reference_eagle4.kernels.lowrank_head_cpu import LowrankHeadCPU
 from reference_eagle4.model import ModelArgs, RMSNorm, apply_rope, int8_linear, packed
 
@@ -270,29 +270,79 @@ class Eagle4Drafter(nn.Module):
         if fuse:
             h = self.fc(h)
         e = F.embedding(tokens, self.embed_weight).to(h.dtype)
+        H = h.shape[-1]
+        if layer_ops.runs_here(h, e, self.input_norm.weight, self.hidden_norm.weight) and h.is_contiguous():
+            x = h.new_empty(*h.shape[:-1], 2 * H)                        # both norms written in place
+            layer_ops.rms_norm(e, self.input_norm.weight, self.input_norm.eps, out=x[..., :H])
+            layer_ops.rms_norm(h, self.hidden_norm.weight, self.hidden_norm.eps, out=x[..., H:])
+            return h, x
         return h, torch.cat([self.input_norm(e), self.hidden_norm(h)], dim=-1)
 
     def project(self, x: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q [B, nq, T, hd], k/v [B, nkv, T, hd] with RoPE at absolute positions pos [B, T]."""
+        return self._split_rope(self.qkv(x), pos)
+
+    def _split_rope(self, qkv: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         c = self.cfg
-        B, T, _ = x.shape
-        q, k, v = self.qkv(x).split(
+        B, T, _ = qkv.shape
+        q, k, v = qkv.split(
             [c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim,
              c.num_key_value_heads * c.head_dim], -1)
-        cos = self.rope_cos[pos].unsqueeze(1).to(x.dtype)
-        sin = self.rope_sin[pos].unsqueeze(1).to(x.dtype)
+        cos = self.rope_cos[pos].unsqueeze(1).to(qkv.dtype)
+        sin = self.rope_sin[pos].unsqueeze(1).to(qkv.dtype)
         q = apply_rope(q.view(B, T, c.num_attention_heads, c.head_dim).transpose(1, 2), cos, sin)
         k = apply_rope(k.view(B, T, c.num_key_value_heads, c.head_dim).transpose(1, 2), cos, sin)
         v = v.view(B, T, c.num_key_value_heads, c.head_dim).transpose(1, 2)
         return q, k, v
 
+    def project_rows(self, x: Tensor, pos: Tensor, k_dst: Tensor, v_dst: Tensor, slot: Tensor,
+                     row: Tensor) -> Tensor:
+        """Queries [N, nq, hd] of input rows x [N, 2H] at positions pos [N], their keys and values stored at
+        row[n] of slot[n] of k_dst, v_dst [S, nkv, P, hd] (a ring of cached keys, or a step's tree buffer;
+        no two rows to one place). On the CPU the rotation and the stores are one C call (layer_ops)."""
+        c = self.cfg
+        qkv = self.qkv(x)
+        if layer_ops.runs_here(qkv, k_dst, v_dst) and k_dst.is_contiguous() and v_dst.is_contiguous() \
+                and self.rope_cos.dtype == torch.float32:
+            return layer_ops.rope_store_rows(qkv, pos, self.rope_cos, self.rope_sin,
+                                             (c.num_attention_heads, c.num_key_value_heads, c.head_dim),
+                                             k_dst, v_dst, slot, row)
+        q, k, v = self._split_rope(qkv[None], pos[None])
+        k_dst[slot, :, row] = k[0].transpose(0, 1).to(k_dst.dtype)
+        v_dst[slot, :, row] = v[0].transpose(0, 1).to(v_dst.dtype)
+        return q[0].transpose(0, 1)
+
+    def attend_cached(self, q: Tensor, qpos: Tensor, ring: tuple[Tensor, Tensor, Tensor, Tensor],
+                      inclusive: bool = False, tree: tuple[Tensor, Tensor, Tensor] | None = None) -> Tensor:
+        """Attention of queries q [B, T, nq, hd] at positions qpos [B, T] over their slots' cached keys,
+        ring = (k, v [S, nkv, R, hd], pos [S, R] (-1: empty), slots [B]): those filled, before the query
+        (or at it, `inclusive`) and inside the window; and over tree = (k, v [B, nkv, cap, hd], anc [B, T,
+        n]): the first n tree keys, where anc says the query sees them. Returns [B, T, nq * hd], the heads
+        side by side. On the CPU one C call (kernels/drafter_attention.c), else `attend`."""
+        B, T = q.shape[:2]
+        rk, rv, rpos, slots = ring
+        cache = (rk, rv) if tree is None else (rk, rv, tree[0], tree[1])
+        if drafter_attention.runs_here(q, *cache):
+            return drafter_attention.drafter_attention(q, qpos, rk, rv, rpos, slots, self.cfg.window, inclusive,
+                                                       tree).view(B, T, -1)
+        kp = rpos[slots][:, None, :]
+        vis = (kp >= 0) & ((kp <= qpos[:, :, None]) if inclusive else (kp < qpos[:, :, None]))
+        if self.cfg.window is not None:
+            vis &= kp > qpos[:, :, None] - self.cfg.window
+        k, v = rk[slots], rv[slots]
+        if tree is not None:
+            tk, tv, anc = tree
+            n = anc.shape[-1]
+            k, v, vis = torch.cat([k, tk[:, :, :n]], 2), torch.cat([v, tv[:, :, :n]], 2), torch.cat([vis, anc], -1)
+        return self.attend(q.transpose(1, 2), k, v, vis.unsqueeze(1)).transpose(1, 2).reshape(B, T, -1)
+
     @staticmethod
     def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
         """Attention of q [B, nq, T, hd] over k, v [B, nkv, S, hd], mask [B, 1, T, S] (True = visible; every
-        row sees at least one key). On the CPU, grouped matmuls except for one sequence of several queries:
-        over a 256-key window PyTorch's SDPA takes 0.8-1.3 ms for 8 sequences of 1-8 queries (the matmuls
-        0.3-0.6 ms) and 0.20 ms for one query of one sequence (0.11 ms), but 0.11 ms for one sequence of 8
-        queries (0.18 ms)."""
+        row sees at least one key). Grouped matmuls except for one sequence of several queries: over a
+        256-key window PyTorch's SDPA took 0.8-1.3 ms for 8 sequences of 1-8 queries (the matmuls 0.3-0.6
+        ms) and 0.20 ms for one query of one sequence (0.11 ms), but 0.11 ms for one sequence of 8 queries
+        (0.18 ms)."""
         B, H, T, D = q.shape
         if q.is_cuda or (B == 1 and T > 1):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
@@ -304,10 +354,9 @@ class Eagle4Drafter(nn.Module):
         return torch.matmul(p, v).reshape(B, H, T, D)
 
     def finish(self, h: Tensor, attn: Tensor) -> Tensor:
-        """Residual + o(attn [B, nq, T, hd]) then the MLP; returns the pre-norm hidden state."""
-        B, _, T, _ = attn.shape
-        h, hn = layer_ops.add_rms_norm(h, self.o(attn.transpose(1, 2).reshape(B, T, -1)), self.post_norm.weight,
-                                       self.post_norm.eps)
+        """Residual + o(attn [B, T, nq * hd], the heads side by side) then the MLP; returns the pre-norm
+        hidden state."""
+        h, hn = layer_ops.add_rms_norm(h, self.o(attn), self.post_norm.weight, self.post_norm.eps)
         return h + self.down(layer_ops.silu_mul(self.gate_up(hn)))
 
     def full_logits(self, hn: Tensor) -> Tensor:

@@ -5,8 +5,8 @@ the twin otherwise, so callers need no device checks. `python -m reference_eagle
 and times the kernels on a GPU; `python -m reference_eagle4.kernels.sm90` compiles them for Hopper on any
 Linux machine and reports registers and spills.
 
-The CPU's C kernels (`exact_attention.c`, `row_ops.c`, built on first use by `cpu_build`) are imported
-from their own modules, `exact_attention_cpu` and `row_ops`.
+The CPU's C kernels (`exact_attention.c`, `row_ops.c`, `layer_ops.c`, `lowrank_head.c`,
+`drafter_attention.c`, built on first use by `cpu_build`) are imported from their own modules.
 """
 
 import torch

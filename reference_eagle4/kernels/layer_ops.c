@@ -58,9 +58,9 @@ static inline void *row_ptr(void *x, int bf16, int64_t offset) {
 
 /* y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w for rows of n. With res, the norm is of x[r] + res[r] instead,
  * rounded to the dtype and stored in sum[r] (the residual stream), as `x = x + res; y = rms_norm(x)`
- * computes it. Row r of x and res at r * ldx and r * ldr elements; of sum and y, at r * n. */
+ * computes it. Row r of x, res and y at r * ldx, r * ldr and r * ldy elements; of sum, at r * n. */
 void rows_rms_norm(const void *x, int64_t ldx, const void *res, int64_t ldr, void *sum, const void *w, void *y,
-                   int bf16, int64_t rows, int64_t n, float eps) {
+                   int64_t ldy, int bf16, int64_t rows, int64_t n, float eps) {
     #pragma omp parallel for schedule(static) if (rows > 4)
     for (int64_t r = 0; r < rows; r++) {
         const void *xr = row_ptr((void *)x, bf16, r * ldx);
@@ -79,7 +79,7 @@ void rows_rms_norm(const void *x, int64_t ldx, const void *res, int64_t ldr, voi
         float total = 0.0f;
         for (int l = 0; l < LANES; l++) total += s[l];
         const float scale = 1.0f / sqrtf(total / (float)n + eps);
-        void *yr = row_ptr(y, bf16, r * n);
+        void *yr = row_ptr(y, bf16, r * ldy);
         for (int64_t i = 0; i < n; i += LANES)
             storen(yr, bf16, i, n - i, loadn(xr, bf16, i, n - i) * scale * loadn(w, bf16, i, n - i));
     }

@@ -34,7 +34,7 @@ def library() -> ctypes.CDLL | None:
     if lib is None:
         return None
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    lib.rows_rms_norm.argtypes = [ptr, i64, ptr, i64, ptr, ptr, ptr, ctypes.c_int, i64, i64, ctypes.c_float]
+    lib.rows_rms_norm.argtypes = [ptr, i64, ptr, i64, ptr, ptr, ptr, i64, ctypes.c_int, i64, i64, ctypes.c_float]
     lib.rope_store.argtypes = [ptr, i64, ctypes.c_int, i64, i64, ptr, ptr, ptr, ctypes.c_int, ctypes.c_int,
                                ctypes.c_int, ptr, ptr, ptr, i64, i64, ptr]
     lib.rows_silu_mul.argtypes = [ptr, i64, ctypes.c_int, i64, i64, ptr]
@@ -58,13 +58,16 @@ def _rows(x: Tensor) -> tuple[int, int]:
     return m.shape[0], m.stride(0)
 
 
-def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    """F.rms_norm over the last dimension."""
-    if not (runs_here(x, weight) and x.is_contiguous()):
-        return F.rms_norm(x, (x.shape[-1],), weight, eps)
-    out = torch.empty_like(x)
+def rms_norm(x: Tensor, weight: Tensor, eps: float, out: Tensor | None = None) -> Tensor:
+    """F.rms_norm over the last dimension, into `out` when given (x's shape; rows may be strided, e.g. one
+    half of a wider row: the drafter writes its two normed inputs side by side this way)."""
+    if not (runs_here(x, weight) and x.is_contiguous() and (out is None or runs_here(out))):
+        y = F.rms_norm(x, (x.shape[-1],), weight, eps)
+        return y if out is None else out.copy_(y)
+    if out is None:
+        out = torch.empty_like(x)
     rows, ld = _rows(x)
-    library().rows_rms_norm(x.data_ptr(), ld, None, 0, None, weight.data_ptr(), out.data_ptr(),
+    library().rows_rms_norm(x.data_ptr(), ld, None, 0, None, weight.data_ptr(), out.data_ptr(), _rows(out)[1],
                             int(x.dtype == torch.bfloat16), rows, x.shape[-1], eps)
     return out
 
@@ -78,7 +81,7 @@ def add_rms_norm(x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> tup
     total, out = torch.empty_like(x), torch.empty_like(x)
     rows, ld = _rows(x)
     library().rows_rms_norm(x.data_ptr(), ld, residual.data_ptr(), ld, total.data_ptr(), weight.data_ptr(),
-                            out.data_ptr(), int(x.dtype == torch.bfloat16), rows, x.shape[-1], eps)
+                            out.data_ptr(), x.shape[-1], int(x.dtype == torch.bfloat16), rows, x.shape[-1], eps)
     return total, out
 
 
@@ -112,3 +115,21 @@ def rope_store(qkv: Tensor, pos: Tensor, cos: Tensor, sin: Tensor, heads: tuple[
                          cache_v.data_ptr(), cache_k.stride(0), cache_k.stride(1), lens.data_ptr())
     return q
 
+
+
+def rope_store_rows(qkv: Tensor, pos: Tensor, cos: Tensor, sin: Tensor, heads: tuple[int, int, int],
+                    k_dst: Tensor, v_dst: Tensor, slot: Tensor, row: Tensor) -> Tensor:
+    """rope_store for rows bound for scattered places (the EAGLE-4 drafter's ring of cached keys, or its
+    tree buffer): row n of qkv [N, (H + 2 KV) D] at table row pos[n] goes to position row[n] of slot slot[n]
+    of k_dst, v_dst [S, KV, P, D] (contiguous; no two rows to the same place). Returns the rotated queries
+    [N, H, D]. C only, like rope_store: callers check `runs_here`."""
+    H, KV, D = heads
+    qkv = qkv.contiguous()
+    N = qkv.shape[0]
+    q = qkv.new_empty(N, H, D)
+    start = (slot * (KV * k_dst.shape[2]) + row).contiguous()         # in units of D, slot stride 0
+    pos = pos.contiguous()                 # (kept referenced: a temporary's memory would be freed at once)
+    library().rope_store(qkv.data_ptr(), qkv.stride(0), int(qkv.dtype == torch.bfloat16), N, 1,
+                         pos.data_ptr(), cos.data_ptr(), sin.data_ptr(), H, KV, D, q.data_ptr(),
+                         k_dst.data_ptr(), v_dst.data_ptr(), 0, k_dst.stride(1), start.data_ptr())
+    return q

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
-from torch.nn.utils.rnn import pad_sequence
 
 from reference_eagle4.drafters import DEFAULT_EAGLE4
 from reference_eagle4.drafters.eagle4 import Eagle4Drafter, load_drafter
@@ -77,17 +76,9 @@ class DrafterCache:
         self.k[dst], self.v[dst], self.pos[dst], self.next[dst] = self.k[src], self.v[src], self.pos[src], self.next[src]
         self.reset(src)
 
-    def write(self, slots: Tensor, pos: Tensor, valid: Tensor, k: Tensor, v: Tensor) -> None:
-        """Store new keys/values k, v [B, nkv, T, hd] at positions pos [B, T] where valid."""
-        if self.ring:
-            last = torch.where(valid, pos, -1).max(1, keepdim=True).values
-            valid = valid & (pos > last - self.R)      # a long prefill keeps only its last R rows
-        b, t = valid.nonzero(as_tuple=True)
-        idx = pos[b, t] % self.R
-        s = slots[b]
-        self.k[s, :, idx] = k[b, :, t].to(self.dtype)
-        self.v[s, :, idx] = v[b, :, t].to(self.dtype)
-        self.pos[s, idx] = pos[b, t]
+    def rows(self, pos: Tensor) -> Tensor:
+        """The entry each position [N] is stored at (a ring wraps; a full-attention buffer holds them all)."""
+        return pos % self.R
 
 
 class Eagle4Proposer(Proposer):
@@ -197,58 +188,39 @@ class Eagle4Proposer(Proposer):
             raise RuntimeError("EAGLE-4 proposer is not bound to a target (Engine binds it; or pass target=)")
 
     # -- drafting ----------------------------------------------------------------------------------------
-    def _window_mask(self, ctx_pos: Tensor, qpos: Tensor, inclusive: bool = False) -> Tensor:
-        """[B, Tq, R]: ring entry visible from a query at qpos [B, Tq] (filled, in the past (or the query's
-        own position when `inclusive`), in the window)."""
-        kp = ctx_pos[:, None, :]
-        vis = (kp >= 0) & ((kp <= qpos[:, :, None]) if inclusive else (kp < qpos[:, :, None]))
-        W = self.drafter.cfg.window
-        if W is not None:
-            vis &= kp > qpos[:, :, None] - W
-        return vis
-
-    def _ring(self, slots: list[int]) -> tuple[Tensor, Tensor, Tensor]:
-        c = self.cache
-        B = len(slots)
-        if slots == list(range(B)):
-            return c.k[:B], c.v[:B], c.pos[:B]
-        idx = torch.tensor(slots, device=c.k.device)
-        return c.k[idx], c.v[idx], c.pos[idx]
-
     def _catch_up(self, slots: list[int], feats: list[Tensor], toks: list[Tensor],
                   last: bool = True) -> Tensor | None:
         """Process pending (feature, next token) pairs for each slot: their keys and values join the slot's
         cache. With `last`, also return the last pair's pre-norm output [B, H], which the first draft level
         reads. The other pairs' outputs feed nothing (a one-layer drafter's keys and values come from its
-        inputs alone), so only the last pair attends and runs the MLP: at C = 8 the MLP of the padded rows
-        was most of a catch-up, and a prompt's catch-up needs no attention at all."""
+        inputs alone), so only the last pair attends and runs the MLP, and the pairs of all sequences go
+        through the linears as one set of rows, unpadded."""
         d, c = self.drafter, self.cache
-        B = len(slots)
-        lens = [f.shape[0] for f in feats]
-        T = max(lens)
         dev = feats[0].device
-        dt = c.dtype
-        x = pad_sequence(feats, batch_first=True).to(dt)                              # [B, T, 3H], zeros after
-        tok = pad_sequence(toks, batch_first=True)
+        if c.ring:              # a long prompt's pairs: only the last R reach the ring (and none collide there)
+            skip = [max(0, f.shape[0] - c.R) for f in feats]
+            feats, toks = [f[s:] for f, s in zip(feats, skip)], [t[s:] for t, s in zip(toks, skip)]
+        else:
+            skip = [0] * len(feats)
+        n = torch.tensor([f.shape[0] for f in feats], device=dev)
         slot_t = torch.tensor(slots, device=dev)
-        n = torch.tensor(lens, device=dev)
-        steps = torch.arange(T, device=dev)
-        valid = steps[None, :] < n[:, None]
         c.ensure(max(slots) + 1, 0)
-        start = c.next[slot_t]
-        c.ensure(max(slots) + 1, int(start.max()) + T + 1)
-        pos = start[:, None] + steps[None, :]
-        h, xin = d.inputs(x, tok, fuse=True)
-        q, k, v = d.project(xin, pos)
-        c.write(slot_t, pos, valid, k, v)
+        start = c.next[slot_t] + torch.tensor(skip, device=dev)
+        c.ensure(max(slots) + 1, int((start + n).max()) + 1)
+        seq = torch.repeat_interleave(torch.arange(len(slots), device=dev), n)        # each row's sequence
+        ends = n.cumsum(0)
+        pos = start[seq] + torch.arange(int(ends[-1]), device=dev) - (ends - n)[seq]
+        h, xin = d.inputs(torch.cat(feats).to(c.dtype), torch.cat(toks), fuse=True)      # [N, H], [N, 2H]
+        entry = c.rows(pos)
+        q = d.project_rows(xin, pos, c.k, c.v, slot_t[seq], entry)
+        c.pos[slot_t[seq], entry] = pos
         c.next[slot_t] = start + n
         if not last:
             return None
         # the slot's cache now holds the window of the last pair (a ring of W entries: exactly its window)
-        rk, rv, rpos = self._ring(slots)
-        b, t = torch.arange(B, device=dev), n - 1
-        mask = self._window_mask(rpos, pos[b, t][:, None], inclusive=True).unsqueeze(1)
-        return d.finish(h[b, t].unsqueeze(1), d.attend(q[b, :, t].unsqueeze(2), rk, rv, mask))[:, 0]
+        tip = ends - 1
+        attn = d.attend_cached(q[tip][:, None], pos[tip][:, None], (c.k, c.v, c.pos, slot_t), inclusive=True)
+        return d.finish(h[tip][:, None], attn)[:, 0]
 
     def propose(self, seqs: list["Sequence"]) -> list[DraftTree]:  # type: ignore[override]
         self._need_bound()
@@ -300,7 +272,7 @@ class Eagle4Proposer(Proposer):
         nkv, hd = cfg.num_key_value_heads, cfg.head_dim
         slot_t = torch.tensor(slots, device=dev)
         p_last = c.next[slot_t] - 1                                                   # [B]
-        rk, rv, rpos = self._ring(slots)
+        ring = (c.k, c.v, c.pos, slot_t)
 
         logp, ids = d.topk(last, k)                                                   # [B, k]
         scores = [logp]
@@ -316,6 +288,7 @@ class Eagle4Proposer(Proposer):
         anc = torch.zeros(B, max(n_max, 1), max(n_max, 1), dtype=torch.bool, device=dev)
         eye = torch.eye(k, dtype=torch.bool, device=dev)
         bidx = torch.arange(B, device=dev)[:, None]
+        row_seq = bidx.expand(B, k).reshape(-1)                                      # a level's rows: b, b, ...
         top1, level_ms, level = logp[:, 0], catch_up_ms, 1
         while self._keep_drafting(level, scores, f_score, top1, level_ms):
             t0 = time.perf_counter()
@@ -328,15 +301,13 @@ class Eagle4Proposer(Proposer):
                 anc2[:, : anc.shape[1], : anc.shape[2]] = anc
                 anc = anc2
             qpos = (p_last + level)[:, None].expand(B, k)
-            h, xin = d.inputs(f_h, f_tok, fuse=False)
-            q, kk, vv = d.project(xin, qpos)
-            tk[:, :, n0: n0 + k] = kk.to(dt)
-            tv[:, :, n0: n0 + k] = vv.to(dt)
+            h, xin = d.inputs(f_h.contiguous(), f_tok, fuse=False)
+            q = d.project_rows(xin.view(B * k, -1), qpos.reshape(-1), tk, tv, row_seq,
+                               torch.arange(n0, n0 + k, device=dev).repeat(B))
             if level > 1:      # ancestors of each new node = its parent's row
                 anc[:, n0: n0 + k, :n0] = anc[bidx, f_buf, :n0]
             anc[:, n0: n0 + k, n0: n0 + k] = eye
-            mask = torch.cat([self._window_mask(rpos, qpos), anc[:, n0: n0 + k, : n0 + k]], -1).unsqueeze(1)
-            attn = d.attend(q, torch.cat([rk, tk[:, :, : n0 + k]], 2), torch.cat([rv, tv[:, :, : n0 + k]], 2), mask)
+            attn = d.attend_cached(q.view(B, k, *q.shape[1:]), qpos, ring, tree=(tk, tv, anc[:, n0: n0 + k, : n0 + k]))
             out = d.finish(h, attn)                                                   # [B, k, H]
             lp, cid = d.topk(out.reshape(B * k, H), k)
             lp = lp.view(B, k, k)
@@ -394,15 +365,18 @@ def drafter_level_fn(proposer: Eagle4Proposer, batch: int, width: int, context: 
     h = torch.randn(batch, width, c.hidden_size, generator=g).to(dev, dt)
     tok = torch.randint(0, c.vocab_size, (batch, width), generator=g).to(dev)
     rk = torch.randn(batch, c.num_key_value_heads, R, c.head_dim, generator=g).to(dev, dt)
-    rv = torch.randn_like(rk)
+    ring = (rk, torch.randn_like(rk), torch.arange(R, device=dev).expand(batch, R).contiguous(),
+            torch.arange(batch, device=dev))
+    tk = torch.empty(batch, c.num_key_value_heads, width, c.head_dim, dtype=dt, device=dev)
+    tree = (tk, torch.empty_like(tk), torch.ones(batch, width, width, dtype=torch.bool, device=dev))
     qpos = torch.full((batch, width), context, device=dev)
-    mask = torch.ones(batch, 1, width, R + width, dtype=torch.bool, device=dev)
+    rows = torch.arange(batch, device=dev).repeat_interleave(width), torch.arange(width, device=dev).repeat(batch)
     k = max(1, min(proposer.top_k, width))
 
     def run():
         hh, x = d.inputs(h, tok, fuse=False)
-        q, kk, vv = d.project(x, qpos)
-        attn = d.attend(q, torch.cat([rk, kk.to(dt)], 2), torch.cat([rv, vv.to(dt)], 2), mask)
+        q = d.project_rows(x.view(batch * width, -1), qpos.reshape(-1), tree[0], tree[1], *rows)
+        attn = d.attend_cached(q.view(batch, width, *q.shape[1:]), qpos, ring, tree=tree)
         return d.topk(d.finish(hh, attn).reshape(batch * width, -1), k)
 
     return run

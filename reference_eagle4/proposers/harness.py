@@ -195,26 +195,32 @@ class Eagle4Harness(Eagle4Proposer):
             return scores, tokens, parents
         B, N = scores.shape
         m = self._lookup_logp.shape[1]
-        s_np = torch.cat([scores, scores.new_full((B, m), float("-inf"))], 1).float().cpu().numpy()
-        t_np = torch.cat([tokens, tokens.new_zeros(B, m)], 1).cpu().numpy()
-        p_np = torch.cat([parents, parents.new_full((B, m), -1)], 1).cpu().numpy()
-        lp = self._lookup_logp.numpy()
+        # Python lists: a draft's tokens are walked one at a time (numpy's per-call cost dominated at C = 8)
+        s_l = torch.cat([scores, scores.new_full((B, m), float("-inf"))], 1).tolist()
+        t_l = torch.cat([tokens, tokens.new_zeros(B, m)], 1).tolist()
+        p_l = torch.cat([parents, parents.new_full((B, m), -1)], 1).tolist()
+        lp = self._lookup_logp.tolist()
         for b, found in enumerate(self._step_drafts):
-            new = at = N
+            s, t, p = s_l[b], t_l[b], p_l[b]
+            child: dict[tuple[int, int], int] = {}             # (parent record, token) -> record
+            for i in range(N):
+                child.setdefault((p[i], t[i]), i)
+            new, at = N, 0
             for _, _, draft in found:
                 node = -1
                 for tok in draft:
-                    hit = np.flatnonzero((p_np[b, :new] == node) & (t_np[b, :new] == tok))
-                    if len(hit):
-                        node = int(hit[0])
-                        s_np[b, node] = max(s_np[b, node], lp[b, at - N])
+                    hit = child.get((node, tok))
+                    if hit is not None:
+                        node = hit
+                        s[node] = max(s[node], lp[b][at])
                     else:
-                        s_np[b, new], t_np[b, new], p_np[b, new] = lp[b, at - N], tok, node
+                        s[new], t[new], p[new] = lp[b][at], tok, node
+                        child[(node, tok)] = new
                         node, new = new, new + 1
                     at += 1
         dev = scores.device
-        return (torch.from_numpy(s_np).to(dev, scores.dtype), torch.from_numpy(t_np).to(dev),
-                torch.from_numpy(p_np).to(dev))
+        return (torch.tensor(s_l, dtype=scores.dtype, device=dev), torch.tensor(t_l, dtype=tokens.dtype, device=dev),
+                torch.tensor(p_l, dtype=parents.dtype, device=dev))
 
     def _next_level_ms(self, width: int) -> float:
         if self.table is not None and self.table.draft_ms:

@@ -189,7 +189,7 @@ class TTT:
                 sd = torch.stack([(qj * kk).sum(-1) for kk in diag_k], -1) * self.scale
                 p = torch.cat([s0, sd], -1).softmax(-1)
                 attn = p[..., :n] @ V0 + (p[..., n:, None] * torch.stack(diag_v, -2)).sum(-2)
-            g = d.finish(h_in[None], attn)[0]
+            g = d.finish(h_in[None], attn.transpose(1, 2).flatten(2))[0]
             yield j, Q, g
 
     def run(self, s: dict[str, Any], stats: dict[str, list[float]] | None = None) -> Tensor:

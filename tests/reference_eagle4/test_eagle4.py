@@ -52,7 +52,7 @@ def test_shapes_and_topk(target):
     assert q.shape == (2, c.num_attention_heads, 5, c.head_dim)
     assert k.shape == v.shape == (2, c.num_key_value_heads, 5, c.head_dim)
     attn = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-    out = d.finish(h, attn)
+    out = d.finish(h, attn.transpose(1, 2).flatten(2))
     assert out.shape == (2, 5, c.hidden_size)
     logp, ids = d.topk(out.reshape(10, -1), 4)
     assert logp.shape == ids.shape == (10, 4)
