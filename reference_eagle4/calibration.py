@@ -93,8 +93,9 @@ class CostTable:
 # keeps its accumulators in registers (1.3-1.6x faster, most at several tokens and at batch 8). 6: the
 # drafter's layer streams int8 weights (a draft level about 1 ms cheaper on the CPU), and the attention kernel
 # shares each load among 8 rows (11-18% faster at 4-14 tokens a sequence). 7: the layers' element-wise
-# work is one C pass per operation (`layer_ops`; a forward 18-20% cheaper at 1 and 12 tokens).
-COSTS_REVISION = 7
+# work is one C pass per operation (`layer_ops`; a forward 18-20% cheaper at 1 and 12 tokens). 8: the
+# drafter's attention and cache writes are C calls (`drafter_attention`; a drafting step 0.4-1 ms cheaper).
+COSTS_REVISION = 8
 
 
 def device_key(model: Transformer, parallelism: str = "single") -> dict[str, Any]:
