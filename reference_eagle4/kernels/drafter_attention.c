@@ -10,7 +10,6 @@
  */
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 #include <math.h>
 #include <omp.h>
 

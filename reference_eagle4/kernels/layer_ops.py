@@ -116,7 +116,6 @@ def rope_store(qkv: Tensor, pos: Tensor, cos: Tensor, sin: Tensor, heads: tuple[
     return q
 
 
-
 def rope_store_rows(qkv: Tensor, pos: Tensor, cos: Tensor, sin: Tensor, heads: tuple[int, int, int],
                     k_dst: Tensor, v_dst: Tensor, slot: Tensor, row: Tensor) -> Tensor:
     """rope_store for rows bound for scattered places (the EAGLE-4 drafter's ring of cached keys, or its
