@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -33,16 +33,18 @@ def _hashes(tokens: np.ndarray, n: int) -> np.ndarray:
     return h
 
 
-def _suffix_hash(history: np.ndarray, n: int) -> np.uint64:
-    """`_hashes` of the last n tokens alone, in Python integers (an array pass costs more for one n-gram)."""
+def _suffix_hash(suffix: list[int]) -> np.uint64:
+    """`_hashes` of one n-gram, in Python integers (an array pass costs more for one n-gram)."""
     h = 0
-    for t in history[-n:].tolist():
+    for t in suffix:
         h = (h * int(_MUL) + t + 1) & 0xFFFFFFFFFFFFFFFF
     return np.uint64(h)
 
 
 class Datastore:
     """Longest-suffix retrieval over a token corpus; `draft` returns the majority continuation."""
+
+    MEMO = 1 << 16           # remembered answers at most (then forgotten all at once)
 
     def __init__(self, tokens: np.ndarray, vocab_size: int, max_n: int = 6, min_n: int = 2,
                  max_matches: int = 256) -> None:
@@ -55,6 +57,7 @@ class Datastore:
         self.max_n, self.min_n, self.max_matches = max_n, min_n, max_matches
         self._keys: dict[int, np.ndarray] = {}
         self._starts: dict[int, np.ndarray] = {}
+        self._memo: dict[tuple[tuple[int, ...], int], tuple[int, ...] | None] = {}
         bad = np.cumsum(self.tokens == BOUNDARY)            # boundaries up to and including each position
         for n in range(min_n, max_n + 1):
             if len(self.tokens) <= n:
@@ -78,23 +81,37 @@ class Datastore:
     def __len__(self) -> int:
         return int((self.tokens != BOUNDARY).sum())
 
-    def draft(self, history: np.ndarray, length: int) -> tuple[int, list[int]]:
+    def draft(self, history: Sequence[int], length: int) -> tuple[int, list[int]]:
         """(n, tokens): the longest suffix of `history` (max_n down to min_n) found in the corpus, and the
-        continuation that most of its occurrences share, token by token; (0, []) without a match."""
-        for n in range(min(self.max_n, len(history)), self.min_n - 1, -1):
-            keys = self._keys.get(n)
-            if keys is None:
-                continue
-            key = _suffix_hash(history, n)
-            lo, hi = np.searchsorted(keys, key, "left"), np.searchsorted(keys, key, "right")
-            if lo == hi:
-                continue
-            starts = self._starts[n][lo: min(hi, lo + self.max_matches)]
-            suffix = np.asarray(history[-n:], dtype=np.int64)
-            starts = starts[(self.tokens[starts[:, None] + np.arange(n)] == suffix).all(1)]   # no hash collision
-            if len(starts):
-                return n, self._majority(starts + n, length)
+        continuation that most of its occurrences share, token by token; (0, []) without a match.
+
+        Answers are remembered per (suffix, length): stock phrases recur across steps and prompts, and a
+        short suffix with a few hundred occurrences costs ~0.2 ms to count out."""
+        tail = [int(t) for t in history[-self.max_n:]]
+        for n in range(min(self.max_n, len(tail)), self.min_n - 1, -1):
+            key = (tuple(tail[-n:]), length)
+            if key not in self._memo:
+                if len(self._memo) >= self.MEMO:
+                    self._memo.clear()
+                self._memo[key] = self._continuation(tail[-n:], length)
+            found = self._memo[key]
+            if found is not None:
+                return n, list(found)
         return 0, []
+
+    def _continuation(self, suffix: list[int], length: int) -> tuple[int, ...] | None:
+        """The majority continuation of `suffix`'s occurrences, None when it does not occur."""
+        n = len(suffix)
+        keys = self._keys.get(n)
+        if keys is None:
+            return None
+        key = _suffix_hash(suffix)
+        lo, hi = np.searchsorted(keys, key, "left"), np.searchsorted(keys, key, "right")
+        if lo == hi:
+            return None
+        starts = self._starts[n][lo: min(hi, lo + self.max_matches)]
+        starts = starts[(self.tokens[starts[:, None] + np.arange(n)] == np.asarray(suffix)).all(1)]   # no collision
+        return tuple(self._majority(starts + n, length)) if len(starts) else None
 
     def _majority(self, pos: np.ndarray, length: int) -> list[int]:
         """Token by token, the value most of the occurrences still agreeing so far continue with (the lowest

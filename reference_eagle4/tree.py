@@ -50,9 +50,12 @@ class DraftTree:
         """[size, size] bool: row i sees node i and its ancestors; rows past the tree see only themselves."""
         n = len(self.tokens)
         size = size or n
+        seen: list[list[int]] = []                  # each node's ancestors, in Python: one tensor write in all
+        for i, p in enumerate(self.parents):
+            seen.append(seen[p] + [p] if p >= 0 else [])
+        rows = [i for i in range(n) for _ in seen[i]]
         m = torch.eye(size, dtype=torch.bool)
-        for i in range(1, n):
-            m[i, :i] = m[self.parents[i], :i]
+        m[rows, [a for i in range(n) for a in seen[i]]] = True
         return m
 
     def is_chain(self) -> bool:

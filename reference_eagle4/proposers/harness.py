@@ -41,7 +41,7 @@ from reference_eagle4.drafters import DEFAULT_DATASTORE
 from reference_eagle4.harness import TreePlanner
 from reference_eagle4.proposers.base import flag_option, register
 from reference_eagle4.proposers.eagle4 import Eagle4Proposer
-from reference_eagle4.proposers.ngram import LookupAcceptance, lookup
+from reference_eagle4.proposers.ngram import ContextIndexes, LookupAcceptance
 from reference_eagle4.weights import sha256_file
 
 Draft = tuple[str, int, list[int]]   # (source: "context", "context-alt" or "datastore", match length, tokens)
@@ -69,6 +69,7 @@ class Eagle4Harness(Eagle4Proposer):
         self.per_sequence = flag_option(per_sequence)   # on: tree sizes per sequence (see harness.py)
         self.lookup_max_n = int(lookup_max_n)
         self.lookup_matches = int(lookup_matches)
+        self.context = ContextIndexes(self.lookup_max_n)
         if self.lookup_matches < 1:
             raise ValueError(f"lookup_matches must be >= 1, got {lookup_matches}")
         self._datastore_given = False
@@ -159,15 +160,19 @@ class Eagle4Harness(Eagle4Proposer):
         for source, n, draft in self._drafts.pop(id(seq), []):
             self.acceptance[source].observe(n, draft, seq.tokens[-len(path):])
 
-    def _retrieve(self, history: np.ndarray, length: int) -> list[Draft]:
+    def end(self, seq: "Sequence") -> None:
+        super().end(seq)
+        self.context.drop(seq)
+
+    def _retrieve(self, seq: "Sequence", length: int) -> list[Draft]:
         """The distinct continuations of the context's longest earlier match (most recent first) and the
         datastore's majority continuation of the longest suffix it holds, when it differs."""
         found: list[Draft] = []
         if self.lookup:
-            n, conts = lookup(history, self.lookup_max_n, 1, length, self.lookup_matches)
+            n, conts = self.context.of(seq).lookup(1, length, self.lookup_matches)
             found += [("context" if i == 0 else "context-alt", n, cont) for i, cont in enumerate(conts)]
         if self.datastore is not None:
-            n, draft = self.datastore.draft(history, length)
+            n, draft = self.datastore.draft(seq.tokens[-self.datastore.max_n:], length)
             if draft and all(draft != f[2][: len(draft)] for f in found):
                 found.append(("datastore", n, draft))
         return found
@@ -175,7 +180,7 @@ class Eagle4Harness(Eagle4Proposer):
     def _lookup_drafts(self, seqs: list["Sequence"]) -> Tensor:
         """Each sequence's retrieval drafts (kept for `accepted`) and their nodes' log-probabilities [B, m],
         each sequence's drafts end to end."""
-        self._step_drafts = [self._retrieve(np.asarray(s.tokens), self.budget - 1) for s in seqs]
+        self._step_drafts = [self._retrieve(s, self.budget - 1) for s in seqs]
         # every live sequence takes part in every step, so this step's drafts replace the last step's
         self._drafts = {id(s): f for s, f in zip(seqs, self._step_drafts) if f}
         m = max((sum(len(d[2]) for d in f) for f in self._step_drafts), default=0)

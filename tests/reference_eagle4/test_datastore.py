@@ -74,3 +74,16 @@ def test_shipped_datastore_is_intact_and_built_from_the_disjoint_training_pool()
     assert cfg["pool"] == "train-pool.jsonl" and cfg["vocab_size"] == 49152
     assert f"`{sha256_file(folder / 'tokens.npy')}`" in (folder / "README.md").read_text()
     assert len(Datastore.load(folder)) == cfg["tokens"] > 100_000
+
+
+def test_remembered_answers_equal_fresh_ones_and_survive_callers_editing_them():
+    rng = np.random.default_rng(1)
+    responses = [rng.integers(0, 6, size=30).tolist() for _ in range(20)]
+    ds = Datastore.from_responses(responses, vocab_size=8, max_n=4, min_n=2)
+    histories = [rng.integers(0, 6, size=8).tolist() for _ in range(200)]
+    first = [ds.draft(h, 6) for h in histories]
+    for n, draft in first:
+        draft.append(99)                                 # a caller extending its draft in place
+    fresh = Datastore.from_responses(responses, vocab_size=8, max_n=4, min_n=2)
+    assert [ds.draft(h, 6) for h in histories] == [fresh.draft(h, 6) for h in histories]
+    assert [fresh.draft(h, 3) for h in histories] == [(n, d[:3]) for n, d in (fresh.draft(h, 6) for h in histories)]

@@ -143,13 +143,13 @@ def test_a_datastore_of_another_vocabulary_is_refused_when_given_and_left_out_by
 def test_a_phrase_seen_twice_drafts_both_continuations_the_later_first(bigram):
     """Where the context's longest match occurred more than once with different continuations, the target
     may take either: each distinct one is a branch, the most recent priced as "context", the others apart."""
-    import numpy as np
+    from types import SimpleNamespace
 
     t, _ = bigram
-    history = np.array([5, 6, 7, 1, 2, 9, 5, 6, 7, 3, 4, 9, 5, 6, 7])
+    seq = SimpleNamespace(tokens=[5, 6, 7, 1, 2, 9, 5, 6, 7, 3, 4, 9, 5, 6, 7])
     for matches, want in ((1, [("context", 3, [3, 4])]), (3, [("context", 3, [3, 4]), ("context-alt", 3, [1, 2])])):
         p = PROPOSERS["eagle4-harness"](budget=8, drafter=bigram_drafter(t), table=table(0.5), datastore="off",
                                         lookup_matches=matches)
-        assert p._retrieve(history, 2) == want
+        assert p._retrieve(seq, 2) == want
     with pytest.raises(ValueError, match="lookup_matches must be >= 1"):
         PROPOSERS["eagle4-harness"](budget=8, drafter=bigram_drafter(t), lookup_matches=0)

@@ -1,19 +1,64 @@
 """Prompt lookup drafts what followed the latest earlier occurrence of the current suffix."""
 
+from types import SimpleNamespace
+
 import numpy as np
 
-from reference_eagle4.proposers.ngram import LookupAcceptance, lookup, trie
+from reference_eagle4.proposers.ngram import ContextIndex, ContextIndexes, LookupAcceptance, trie
+
+
+def indexed(tokens: list[int], max_n: int) -> ContextIndex:
+    index = ContextIndex(max_n)
+    index.sync(tokens)
+    return index
 
 
 def test_longest_suffix_wins_and_latest_occurrence_first():
-    history = np.array([1, 2, 3, 9, 9, 2, 3, 7, 7, 1, 2, 3])
+    history = [1, 2, 3, 9, 9, 2, 3, 7, 7, 1, 2, 3]
     # suffix [1, 2, 3] occurred at 0 -> continuation [9, 9]; [2, 3] alone would also match at 5 (-> 7, 7)
-    assert lookup(history, 3, 1, 2, 1) == (3, [[9, 9]])
-    assert lookup(history, 2, 1, 2, 2) == (2, [[7, 7], [9, 9]])
+    assert indexed(history, 3).lookup(1, 2, 1) == (3, [[9, 9]])
+    assert indexed(history, 2).lookup(1, 2, 2) == (2, [[7, 7], [9, 9]])
 
 
 def test_no_match_gives_no_drafts():
-    assert lookup(np.array([1, 2, 3, 4]), 3, 1, 4, 1) == (0, [])
+    assert indexed([1, 2, 3, 4], 3).lookup(1, 4, 1) == (0, [])
+    assert indexed([5], 3).lookup(1, 4, 1) == (0, [])
+
+
+def brute_force_lookup(h: list[int], max_n: int, n_min: int, length: int, matches: int):
+    for n in range(min(max_n, len(h) - 1), n_min - 1, -1):
+        found: list[list[int]] = []
+        for e in range(len(h) - 2, n - 2, -1):                  # earlier occurrences, latest first
+            if h[e - n + 1: e + 1] == h[-n:] and h[e + 1: e + 1 + length] not in found:
+                found.append(h[e + 1: e + 1 + length])
+        if found:
+            return n, found[:matches]
+    return 0, []
+
+
+def test_an_index_grown_token_by_token_answers_as_a_scan_of_the_whole_context():
+    rng = np.random.default_rng(0)
+    for trial in range(20):
+        tokens = rng.integers(0, 4 + trial % 5, size=120).tolist()     # small vocabularies: many repeats
+        index = ContextIndex(4)
+        for end in range(1, len(tokens) + 1):
+            index.sync(tokens[:end])
+            for n_min, length, matches in ((1, 5, 3), (2, 3, 1)):
+                assert index.lookup(n_min, length, matches) == brute_force_lookup(tokens[:end], 4, n_min, length,
+                                                                                  matches)
+
+
+def test_each_sequence_keeps_its_own_index_and_a_new_one_starts_fresh():
+    indexes = ContextIndexes(3)
+    a, b = SimpleNamespace(tokens=[1, 2, 1]), SimpleNamespace(tokens=[7, 8, 9, 7])
+    assert indexes.of(a).lookup(1, 2, 1) == (1, [[2, 1]])
+    assert indexes.of(b).lookup(1, 2, 1) == (1, [[8, 9]])
+    a.tokens.append(2)                                   # the sequence grew: only the new token is indexed
+    assert indexes.of(a).lookup(1, 2, 1) == (2, [[1, 2]])
+    a.tokens = [4, 4]                                    # another sequence's tokens under the same object
+    assert indexes.of(a).lookup(1, 2, 1) == (1, [[4]])
+    indexes.drop(a)
+    assert indexes.of(a).tokens == [4, 4]
 
 
 def test_trie_merges_shared_prefixes_within_the_budget():

@@ -57,3 +57,12 @@ def test_sampled_tree_verification_keeps_the_target_distribution(sampling):
 def test_top_p_keeps_the_smallest_set_reaching_the_mass():
     probs = processed_probs(torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05])), Sampling(1.0, top_p=0.75))
     assert torch.allclose(probs, torch.tensor([0.625, 0.375, 0.0, 0.0]))
+
+
+def test_a_tree_mask_lets_each_node_see_exactly_its_path_and_padding_only_itself():
+    tree = DraftTree([0, 1, 2, 3, 4, 5], [-1, 0, 0, 1, 3, 2])       # 0 -> 1 -> 3 -> 4 and 0 -> 2 -> 5
+    m = tree.mask(8)
+    paths = {0: {0}, 1: {0, 1}, 2: {0, 2}, 3: {0, 1, 3}, 4: {0, 1, 3, 4}, 5: {0, 2, 5}, 6: {6}, 7: {7}}
+    for i, sees in paths.items():
+        assert set(torch.nonzero(m[i]).flatten().tolist()) == sees, f"row {i}"
+    assert torch.equal(tree.mask(), m[:6, :6])
