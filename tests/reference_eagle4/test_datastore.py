@@ -76,14 +76,20 @@ def test_shipped_datastore_is_intact_and_built_from_the_disjoint_training_pool()
     assert len(Datastore.load(folder)) == cfg["tokens"] > 100_000
 
 
-def test_remembered_answers_equal_fresh_ones_and_survive_callers_editing_them():
+
+def brute_force_longest_match(responses: list[list[int]], history: list[int], max_n: int, min_n: int) -> int:
+    for n in range(min(max_n, len(history)), min_n - 1, -1):
+        if any(r[i: i + n] == history[-n:] for r in responses for i in range(len(r) - n)):   # a token follows
+            return n
+    return 0
+
+
+def test_the_longest_match_is_found_whatever_the_suffix_lengths_that_occur():
     rng = np.random.default_rng(1)
-    responses = [rng.integers(0, 6, size=30).tolist() for _ in range(20)]
-    ds = Datastore.from_responses(responses, vocab_size=8, max_n=4, min_n=2)
-    histories = [rng.integers(0, 6, size=8).tolist() for _ in range(200)]
-    first = [ds.draft(h, 6) for h in histories]
-    for n, draft in first:
-        draft.append(99)                                 # a caller extending its draft in place
-    fresh = Datastore.from_responses(responses, vocab_size=8, max_n=4, min_n=2)
-    assert [ds.draft(h, 6) for h in histories] == [fresh.draft(h, 6) for h in histories]
-    assert [fresh.draft(h, 3) for h in histories] == [(n, d[:3]) for n, d in (fresh.draft(h, 6) for h in histories)]
+    responses = [rng.integers(0, 5, size=int(rng.integers(3, 30))).tolist() for _ in range(20)]
+    ds = Datastore.from_responses(responses, vocab_size=8, max_n=5, min_n=2)
+    for _ in range(300):
+        history = rng.integers(0, 6, size=int(rng.integers(1, 9))).tolist()     # token 5 never occurs
+        n, draft = ds.draft(history, 4)
+        assert n == brute_force_longest_match(responses, history, 5, 2), history
+        assert bool(draft) == (n > 0)
