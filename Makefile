@@ -9,7 +9,8 @@ STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 
 DEMO_LIMIT ?= 12
 DEMO_GENERAL_LIMIT ?= 8
-DEMO_TOKENS ?= 96
+# the CLI's default output length, so the demo measures what `specbench run` does
+DEMO_TOKENS ?= 128
 DEMO_METHODS ?= ngram,eagle4-chain,eagle4-tree,eagle4-harness,dflash,dspark
 DEMO_OUT := runs/demo-$(shell date +%Y%m%d-%H%M%S)
 DEMO_ARGS = --methods $(DEMO_METHODS) --concurrency 1,8 --max-new-tokens $(DEMO_TOKENS)
@@ -38,7 +39,7 @@ test: setup browser
 test-slow: setup
 	$(PY) -m pytest -q -m slow
 
-# The reference comparison behind README's table (20-25 min on a 2-core Zen 4 machine, up to ~1.5 h on others): calibrates this machine once
+# The reference comparison behind README's table (34 min on README's 2-core Xeon VM, up to ~2 h on slower 2-core machines): calibrates this machine once
 # (a few minutes), then runs every method interleaved with vanilla at C = 1 and 8 on prompt-enhancement
 # (L = 4, 8, 16) and on the general set (L = 8, 16), and renders both into reports/.
 demo: setup
