@@ -172,7 +172,7 @@ class Eagle4Harness(Eagle4Proposer):
             n, conts = self.context.of(seq).lookup(1, length, self.lookup_matches)
             found += [("context" if i == 0 else "context-alt", n, cont) for i, cont in enumerate(conts)]
         if self.datastore is not None:
-            n, draft = self.datastore.draft(seq.tokens[-self.datastore.max_n:], length)
+            n, draft = self.datastore.draft(seq.tokens, length)
             if draft and all(draft != f[2][: len(draft)] for f in found):
                 found.append(("datastore", n, draft))
         return found

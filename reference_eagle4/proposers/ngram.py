@@ -19,27 +19,29 @@ if TYPE_CHECKING:
 
 
 class ContextIndex:
-    """Where each n-gram (n <= max_n) of a growing token sequence ended, kept up to date as tokens
-    arrive, so that a step's lookup reads a few dict entries instead of scanning the whole context (a
-    numpy scan took ~70 us a step at 300 tokens, and grows with the context)."""
+    """Where each n-gram (n <= max_n) of a growing token list ended, kept up to date as tokens are
+    appended to it, so that a step's lookup reads a few dict entries instead of scanning the whole context
+    (a numpy scan took ~70 us a step at 300 tokens, and grows with the context)."""
 
-    def __init__(self, max_n: int) -> None:
+    def __init__(self, tokens: list[int], max_n: int) -> None:
+        self.tokens = tokens                                 # the sequence's own list, not a copy
         self.max_n = max_n
-        self.tokens: list[int] = []
+        self.indexed = 0
         self.ends: dict[tuple[int, ...], list[int]] = {}     # n-gram -> positions of its last token
 
-    def sync(self, tokens: list[int]) -> None:
-        """Index the tokens appended since the last call (`tokens` extends what was indexed)."""
-        own = self.tokens
-        for i in range(len(own), len(tokens)):
-            own.append(tokens[i])
+    def sync(self) -> None:
+        """Index the tokens appended to the list since the last call."""
+        t = self.tokens
+        for i in range(self.indexed, len(t)):
             for n in range(1, min(self.max_n, i + 1) + 1):
-                self.ends.setdefault(tuple(own[i - n + 1: i + 1]), []).append(i)
+                self.ends.setdefault(tuple(t[i - n + 1: i + 1]), []).append(i)
+        self.indexed = len(t)
 
     def lookup(self, n_min: int, length: int, matches: int) -> tuple[int, list[list[int]]]:
         """(n, continuations): the length of the longest suffix (max_n down to n_min) that occurred
         before, and up to `matches` distinct continuations of `length` tokens that followed its
         occurrences, most recent first; (0, []) without a match."""
+        self.sync()
         own = self.tokens
         last = len(own) - 1
         for n in range(min(self.max_n, last), max(n_min, 1) - 1, -1):
@@ -62,17 +64,15 @@ class ContextIndexes:
 
     def __init__(self, max_n: int) -> None:
         self.max_n = max_n
-        self._by_seq: dict[int, tuple[list[int], ContextIndex]] = {}
+        self._by_seq: dict[int, ContextIndex] = {}
 
     def of(self, seq: "Sequence") -> ContextIndex:
-        """The sequence's index, brought up to date (built on first use; the sequence is told apart by
-        its token list, so a new sequence reusing a finished one's id gets a fresh index)."""
-        held = self._by_seq.get(id(seq))
-        if held is None or held[0] is not seq.tokens:
-            held = (seq.tokens, ContextIndex(self.max_n))
-            self._by_seq[id(seq)] = held
-        held[1].sync(seq.tokens)
-        return held[1]
+        """The sequence's index (built on first use; the sequence is told apart by its token list, so a new
+        sequence reusing a finished one's id gets a fresh index)."""
+        index = self._by_seq.get(id(seq))
+        if index is None or index.tokens is not seq.tokens:
+            index = self._by_seq[id(seq)] = ContextIndex(seq.tokens, self.max_n)
+        return index
 
     def drop(self, seq: "Sequence") -> None:
         self._by_seq.pop(id(seq), None)

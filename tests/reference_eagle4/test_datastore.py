@@ -76,7 +76,6 @@ def test_shipped_datastore_is_intact_and_built_from_the_disjoint_training_pool()
     assert len(Datastore.load(folder)) == cfg["tokens"] > 100_000
 
 
-
 def brute_force_longest_match(responses: list[list[int]], history: list[int], max_n: int, min_n: int) -> int:
     for n in range(min(max_n, len(history)), min_n - 1, -1):
         if any(r[i: i + n] == history[-n:] for r in responses for i in range(len(r) - n)):   # a token follows

@@ -8,9 +8,7 @@ from reference_eagle4.proposers.ngram import ContextIndex, ContextIndexes, Looku
 
 
 def indexed(tokens: list[int], max_n: int) -> ContextIndex:
-    index = ContextIndex(max_n)
-    index.sync(tokens)
-    return index
+    return ContextIndex(list(tokens), max_n)
 
 
 def test_longest_suffix_wins_and_latest_occurrence_first():
@@ -40,9 +38,10 @@ def test_an_index_grown_token_by_token_answers_as_a_scan_of_the_whole_context():
     rng = np.random.default_rng(0)
     for trial in range(20):
         tokens = rng.integers(0, 4 + trial % 5, size=120).tolist()     # small vocabularies: many repeats
-        index = ContextIndex(4)
+        grown: list[int] = []
+        index = ContextIndex(grown, 4)
         for end in range(1, len(tokens) + 1):
-            index.sync(tokens[:end])
+            grown.append(tokens[end - 1])
             for n_min, length, matches in ((1, 5, 3), (2, 3, 1)):
                 assert index.lookup(n_min, length, matches) == brute_force_lookup(tokens[:end], 4, n_min, length,
                                                                                   matches)
