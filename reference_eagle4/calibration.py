@@ -23,7 +23,7 @@ from reference_eagle4.model import Transformer
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16)
 DEFAULT_CONTEXTS = (256, 1024, 2048)
-DEFAULT_TOKENS = (1, 2, 4, 8, 16, 32, 64)
+DEFAULT_TOKENS = (1, 2, 3, 4, 6, 8, 16, 32, 64)
 DEFAULT_WIDTHS = (1, 4, 8, 16)
 FINE_TOKENS, FINE_ROUNDS = 16, 3            # token counts timed in FINE_ROUNDS times the rounds (time_verification)
 
@@ -95,7 +95,9 @@ class CostTable:
 # shares each load among 8 rows (11-18% faster at 4-14 tokens a sequence). 7: the layers' element-wise
 # work is one C pass per operation (`layer_ops`; a forward 18-20% cheaper at 1 and 12 tokens). 8: the
 # drafter's attention and cache writes are C calls (`drafter_attention`; a drafting step 0.4-1 ms cheaper).
-COSTS_REVISION = 8
+# 9: 3 and 6 tokens a sequence are timed too: a linear of this target costs about the same for 17 to 32 rows,
+# so at batch 8 3 tokens cost nearly what 4 do, not the midpoint of 2 and 4 (BENCHMARKS.md, session 20).
+COSTS_REVISION = 9
 
 
 def device_key(model: Transformer, parallelism: str = "single") -> dict[str, Any]:
@@ -209,8 +211,9 @@ def calibrate(model: Transformer, batches: tuple[int, ...] = DEFAULT_BATCHES,
     verify, raw = time_verification(model, batches, contexts, tokens, repeats, warmup, on_point)
     draft: list[list[float]] = []
     if drafter_step is not None:
-        for b in batches:
-            samples = interleaved_ms([drafter_step(b, w) for w in widths], repeats, warmup)
+        for b in batches:       # a few ms a call: FINE_ROUNDS times the rounds cost seconds, and 3 rounds had
+            # priced one level at batch 8 three times what it costs (BENCHMARKS.md, session 20)
+            samples = interleaved_ms([drafter_step(b, w) for w in widths], repeats * FINE_ROUNDS, warmup)
             for w, ts in zip(widths, samples):
                 raw[f"draft-b{b}-w{w}"] = ts
                 if on_point:

@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
         # the grid of reference_eagle4.calibration's DEFAULT_* (kept literal here: --help imports no torch)
         batches: str = typer.Option("1,2,4,8,16", help="Batch sizes (sequences per step)."),
         contexts: str = typer.Option("256,1024,2048", help="Context lengths (cached tokens per sequence)."),
-        tokens: str = typer.Option("1,2,4,8,16,32,64", help="Tokens verified per sequence per step."),
+        tokens: str = typer.Option("1,2,3,4,6,8,16,32,64", help="Tokens verified per sequence per step."),
         widths: str = typer.Option("1,4,8,16", help="Draft-level widths (nodes per sequence) to time the drafter at."),
         drafter: Optional[str] = typer.Option(None, help="EAGLE-4 drafter folder to time (default: the shipped "
                                               "one, when it fits the target; 'none' skips drafter timing)."),

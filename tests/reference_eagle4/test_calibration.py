@@ -39,13 +39,15 @@ def test_step_sizes_are_timed_in_rounds_so_drift_touches_each_alike():
     assert [len(s) for s in samples] == [3, 3]
 
 
-def test_the_token_counts_small_trees_use_are_timed_in_more_rounds(tiny_target):
-    """The planner's choices at the budgets users run turn on the ratios of small step sizes."""
+def test_the_token_counts_small_trees_use_and_draft_levels_are_timed_in_more_rounds(tiny_target):
+    """The planner's choices at the budgets users run turn on the ratios of small step sizes, and on what a
+    draft level costs next to them."""
     from reference_eagle4.calibration import FINE_ROUNDS, FINE_TOKENS
 
     table = calibrate(load_transformer(tiny_target), batches=(1,), contexts=(16,), tokens=(1, FINE_TOKENS, 32),
-                      repeats=2)
+                      repeats=2, drafter_step=lambda b, w: (lambda: None), widths=(1,))
     assert [len(table.raw[f"b1-c16-t{t}"]) for t in (1, FINE_TOKENS, 32)] == [2 * FINE_ROUNDS] * 2 + [2]
+    assert len(table.raw["draft-b1-w1"]) == 2 * FINE_ROUNDS
 
 
 def test_a_table_from_an_older_engine_revision_is_not_used(tiny_target, tmp_path):
