@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
         widths: str = typer.Option("1,4,8,16", help="Draft-level widths (nodes per sequence) to time the drafter at."),
         drafter: Optional[str] = typer.Option(None, help="EAGLE-4 drafter folder to time (default: the shipped "
                                               "one, when it fits the target; 'none' skips drafter timing)."),
-        repeats: int = typer.Option(3, min=1, help="Timed rounds per point: each round times every token count (or width) of a row once, so drift touches them alike; the median is kept. Token counts up to 16 get 3x the rounds."),
+        repeats: int = typer.Option(3, min=1, help="Timed rounds per point: each round times every token count (or width) of a row once, so drift touches them alike; the median is kept. Token counts up to 16 and draft levels get 3x the rounds."),
         out: Optional[Path] = typer.Option(None, help="Table file (default: the cache, where runs look it up)."),
         if_missing: bool = typer.Option(False, help="Do nothing when a table for this device already exists."),
     ) -> None:
