@@ -25,6 +25,7 @@ time plus its verification.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from itertools import accumulate
 
@@ -50,11 +51,12 @@ class TreePlanner:
         self._verify = list(accumulate((table.verify(self.batch, context, t) for t in range(1, budget + 1)), max))
 
     def verify_ms(self, tokens: float) -> float:
-        """One batched verification with `tokens` tokens per sequence on average (root included)."""
-        t = min(max(tokens, 1.0), float(self.budget))
-        lo = int(t)
-        hi = min(lo + 1, self.budget)
-        return self._verify[lo - 1] + (t - lo) * (self._verify[hi - 1] - self._verify[lo - 1])
+        """One batched verification with `tokens` tokens per sequence on average (root included). A ragged
+        batch (per_sequence) falls between two uniform steps; it is priced at the next whole count a
+        sequence, not between, since linears cost by blocks of rows (at batch 8 here 17 rows cost what 32
+        do, BENCHMARKS.md session 20) and a midpoint would buy rows past a block's edge as nearly free."""
+        t = min(max(math.ceil(tokens - 1e-9), 1), self.budget)
+        return self._verify[t - 1]
 
     def draft_ms(self, width: int) -> float:
         """One batched drafter forward over `width` nodes per sequence."""

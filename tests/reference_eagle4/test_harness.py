@@ -79,3 +79,17 @@ def test_a_noisy_dip_in_the_table_does_not_pull_the_plan_to_it():
     costs = [planner.verify_ms(n) for n in range(1, 17)]
     assert costs == sorted(costs)
     assert planner.verify_ms(4) >= planner.verify_ms(1)
+
+
+def test_a_ragged_batch_stops_at_the_edge_of_a_block_of_rows():
+    """Linears that cost by blocks of rows: 8 sequences x 2 tokens cost what 1 token does, a third token
+    (rows 17-24) as much as a fourth. A per-sequence plan then fills the free block and stops, rather than
+    buying a few rows past its edge as if they cost a fraction of the next block."""
+    tokens = [1, 2, 3, 4, 8]
+    verify = [[[50.0, 50.0, 70.0, 70.0, 120.0]] for _ in (1, 8)]
+    t = CostTable({"device": "synthetic"}, [1, 8], [256], tokens, verify, [1, 8], [1, 16], [[0.0, 0.0]] * 2)
+    planner = TreePlanner(t, budget=8, batch=8, context=256)
+    probs = [[0.95, 0.9]] + [[0.5, 0.2]] * 7       # one sure sequence: its second node alone looks worth a row
+    plan = planner.best_sizes(probs, 0.0, per_sequence=True)
+    assert sum(plan.sizes) == 8
+    assert planner.verify_ms(2 + 1 / 8) == planner.verify_ms(3)
