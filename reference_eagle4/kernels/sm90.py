@@ -35,17 +35,12 @@ CONFIGS = [  # label, kernel, pointers, constexprs, unit strides, divisible by 1
      ATTN_ONES, ATTN_DIV16, 8),
     ("attention G1 T16", attn._tree_attn_kernel, ATTN_PTRS,
      dict(G=1, G_PAD=1, BLOCK_T=16, BLOCK_N=attn.BLOCK_N, BLOCK_D=128, SPLIT=False, PREC=None),
-     ATTN_ONES, ATTN_DIV16, 8),
+     ATTN_ONES, ATTN_DIV16, 4),
     ("attention merge", attn._merge_splits_kernel, dict(PART_O="*fp32", PART_LSE="*fp32", O="*bf16"),
      dict(S_PAD=16, BLOCK_D=128), ("sod",), ("sob", "soh", "sot", "HEAD_DIM"), 4),
-    ("head score N1", head._score_topk_kernel, dict(U="*bf16", Bm="*bf16", CAND="*i64"),
-     dict(BLOCK_N=1, BLOCK_V=head.BLOCK_V, BLOCK_R=head.BLOCK_R, KP=64, PREC=None),
-     ("sur", "sbv"), ("sun", "sbr", "R", "V", "chunk"), 8),
-    ("head score N16", head._score_topk_kernel, dict(U="*bf16", Bm="*bf16", CAND="*i64"),
-     dict(BLOCK_N=16, BLOCK_V=head.BLOCK_V, BLOCK_R=head.BLOCK_R, KP=64, PREC=None),
-     ("sur", "sbv"), ("sun", "sbr", "R", "V", "chunk"), 8),
-    ("head select", head._select_kernel, dict(CAND="*i64", IDX="*i64"), dict(KP=64, BLOCK_C=head.BLOCK_C),
-     (), ("n_cand",), 4),
+    ("head score", head._score_kernel, dict(U="*bf16", Bm="*bf16", S="*fp32", GMAX="*fp32"),
+     dict(BLOCK_N=head.BLOCK_N, BLOCK_V=head.BLOCK_V, BLOCK_R=head.BLOCK_R, GROUP=head.GROUP, PREC=None),
+     ("sur", "sbv"), ("sun", "sbr", "ssn", "sgn", "R", "V"), 4),
     ("head exact logits", head._exact_logits_kernel, dict(HN="*bf16", W="*bf16", IDX="*i64", OUT="*fp32"),
      dict(BLOCK_H=head.BLOCK_H), ("shh", "swh"), ("shn", "swv", "H"), 4),
 ]
@@ -53,6 +48,7 @@ CONFIGS = [  # label, kernel, pointers, constexprs, unit strides, divisible by 1
 
 def compile_sm90(kernel, ptrs: dict, constexprs: dict, ones: tuple, div16: tuple, num_warps: int) -> dict:
     """Registers, spill stack, shared memory and async-copy count of one configuration."""
+    stages = attn.NUM_STAGES if kernel is attn._tree_attn_kernel else 3      # Triton's default elsewhere
     constexprs = {**constexprs, **{name: 1 for name in ones}}
     signature = {name: "i32" for name in kernel.arg_names}
     signature.update(ptrs)
@@ -61,7 +57,7 @@ def compile_sm90(kernel, ptrs: dict, constexprs: dict, ones: tuple, div16: tuple
     names = list(kernel.arg_names)
     attrs = {(names.index(name),): [["tt.divisibility", 16]] for name in (*ptrs, *div16)}
     compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs),
-                              target=TARGET, options=dict(num_warps=num_warps, num_stages=3))
+                              target=TARGET, options=dict(num_warps=num_warps, num_stages=stages))
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(compiled.asm["cubin"])
         f.flush()

@@ -19,6 +19,7 @@ from reference_eagle4.kernels.tree_attention import MAX_TREE
 
 BLOCK_N = 64           # keys per block
 MAX_ROWS = 128         # query rows (heads x tokens) per program: ~190 registers at D = 128, 8 warps (sm_90)
+NUM_STAGES = 4         # K/V blocks in flight per program
 LOG2E = 1.4426950408889634
 
 
@@ -124,15 +125,22 @@ def _merge_splits_kernel(PART_O, PART_LSE, O, T, HEAD_DIM, N_HEADS, n_splits, so
              mask=offs_d < HEAD_DIM)
 
 
-def _num_splits(programs: int, kv_len: int, rows_per_kv: int, elem: int, device: torch.device) -> int:
-    """Key splits for ~2 programs per SM, within limits: each split keeps at least 4 key blocks, and the
-    fp32 partial results (written and read back: 8 bytes per row and dim per split) stay under a quarter
-    of the K/V bytes (2 * elem per position and dim for each kv head's `rows_per_kv` query rows)."""
+def _num_warps(rows: int) -> int:
+    """4 warps for up to 64 query rows a program, 8 above: on an H200 4 warps were up to 22% faster at 64
+    rows and 8 warps up to 1.5x faster at 128 (BENCHMARKS.md session 22)."""
+    return 4 if rows <= 64 else 8
+
+
+def _num_splits(programs: int, kv_len: int, device: torch.device) -> int:
+    """Key splits for one wave of programs, one on each SM, each split keeping at least 4 key blocks. On an
+    H200 the fastest of 1-32 forced splits was this count at every batch, context and tree size timed; two
+    waves' worth took up to 1.3x longer, and capping the splits' fp32 partial results (written and read
+    back) below a quarter of the K/V bytes made one-sequence steps up to 1.7x slower (BENCHMARKS.md
+    session 22)."""
     if device.type != "cuda":
         return 1
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    traffic_cap = kv_len * elem // (16 * rows_per_kv)
-    return max(1, min(triton.cdiv(2 * sms, programs), kv_len // (4 * BLOCK_N), traffic_cap, 64))
+    return max(1, min(sms // programs, kv_len // (4 * BLOCK_N), 64))
 
 
 def tree_attention_triton(q: Tensor, k: Tensor, v: Tensor, lengths: Tensor, tree_bits: Tensor,
@@ -155,7 +163,7 @@ def tree_attention_triton(q: Tensor, k: Tensor, v: Tensor, lengths: Tensor, tree
     BLOCK_T = max(16 // G_PAD, min(triton.next_power_of_2(T), max(1, MAX_ROWS // G_PAD)))
     BLOCK_D = max(16, triton.next_power_of_2(D))
     q_blocks = triton.cdiv(T, BLOCK_T)
-    splits = num_splits or _num_splits(q_blocks * B * n_kv, kv_len, G * T, q.element_size(), q.device)
+    splits = num_splits or _num_splits(q_blocks * B * n_kv, kv_len, q.device)
     chunk = triton.cdiv(triton.cdiv(kv_len, splits), BLOCK_N) * BLOCK_N
     splits = triton.cdiv(kv_len, chunk)
     if out is None:
@@ -171,7 +179,8 @@ def tree_attention_triton(q: Tensor, k: Tensor, v: Tensor, lengths: Tensor, tree
         scale * LOG2E, T, D, n_kv, chunk, splits,
         *q.stride(), *k.stride(), *v.stride(), *tree_bits.stride(), *out.stride(),
         G=G, G_PAD=G_PAD, BLOCK_T=BLOCK_T, BLOCK_N=BLOCK_N, BLOCK_D=BLOCK_D, SPLIT=splits > 1,
-        PREC="ieee" if q.dtype == torch.float32 else None, num_warps=8, num_stages=3)
+        PREC="ieee" if q.dtype == torch.float32 else None, num_warps=_num_warps(G_PAD * BLOCK_T),
+        num_stages=NUM_STAGES)
     if splits > 1:
         _merge_splits_kernel[(B * n_heads, T)](
             part_o, part_lse, out, T, D, n_heads, splits, *out.stride(),
