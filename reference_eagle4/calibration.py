@@ -97,7 +97,9 @@ class CostTable:
 # drafter's attention and cache writes are C calls (`drafter_attention`; a drafting step 0.4-1 ms cheaper).
 # 9: 3 and 6 tokens a sequence are timed too: a linear of this target costs about the same for 17 to 32 rows,
 # so at batch 8 3 tokens cost nearly what 4 do, not the midpoint of 2 and 4 (BENCHMARKS.md, session 20).
-COSTS_REVISION = 9
+# 10: the drafter's int8 linears take their prepacked bf16 weights above 4 rows (a batch-8 draft level and
+# catch-up cheaper, BENCHMARKS.md session 22).
+COSTS_REVISION = 10
 
 
 def device_key(model: Transformer, parallelism: str = "single") -> dict[str, Any]:

@@ -5,7 +5,9 @@ a forward pass (one weight timed alone stays in cache and flatters every layout)
 repeats and the bandwidth floor (weight bytes / --bandwidth GB/s). `--int4` adds the same products with
 4-bit weights in groups of 32 (a scale and an offset per group, as GGUF's Q4_1 stores them) through
 PyTorch's CPU kernel `_weight_int4pack_mm_for_cpu`: what a weight-only quantised target would pay, and how
-that grows with the rows a verification step brings.
+that grows with the rows a verification step brings. `--int8` adds 8-bit weights with one scale per output
+row through `_weight_int8pack_mm`, as the EAGLE-4 drafter keeps them for calls of a few rows (`Int8Linear`):
+where they stop paying against the prepacked weights as the rows grow.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from reference_eagle4.calibration import median_ms
-from reference_eagle4.model import PackedLinear, can_pack
+from reference_eagle4.model import Int8Linear, PackedLinear, can_pack
 
 INT4_GROUP = 32
 
@@ -44,16 +46,18 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--bandwidth", type=float, default=26.0, help="GB/s used for the floor column")
     ap.add_argument("--int4", action="store_true", help="Also time 4-bit weights (groups of 32).")
+    ap.add_argument("--int8", action="store_true", help="Also time 8-bit weights (a scale per output row).")
     args = ap.parse_args()
-    int4_head = " int4 ms |" if args.int4 else ""
-    print(f"| dtype | rows | F.linear ms | prepacked ms |{int4_head} floor ms |")
-    print(f"|---|---|---|---|{'---|' * args.int4}---|")
+    extra_head = (" int4 ms |" if args.int4 else "") + (" int8 ms |" if args.int8 else "")
+    print(f"| dtype | rows | F.linear ms | prepacked ms |{extra_head} floor ms |")
+    print(f"|---|---|---|---|{'---|' * (args.int4 + args.int8)}---|")
     for dtype in (torch.bfloat16, torch.float32):
         linears = [torch.nn.Linear(args.in_features, args.out_features, bias=False).to(dtype)
                    for _ in range(args.layers)]
         # without AVX512-BF16 / AVX-NE-CONVERT oneDNN cannot prepack bf16: time F.linear alone there
         packed = [PackedLinear(lin) for lin in linears] if can_pack(dtype) else None
         quantised = [int4_pack(lin.weight) for lin in linears] if args.int4 else []
+        int8 = [Int8Linear(lin) for lin in linears] if args.int8 else []
         floor = sum(lin.weight.numel() * lin.weight.element_size() for lin in linears) / (args.bandwidth * 1e6)
         for rows in args.rows:
             x = torch.randn(rows, args.in_features, dtype=dtype)
@@ -62,9 +66,12 @@ def main() -> None:
                 fast = median_ms(lambda: [p(x) for p in packed], args.repeats, 3)[0] if packed else None
                 int4 = median_ms(lambda: [torch.ops.aten._weight_int4pack_mm_for_cpu(x, w, INT4_GROUP, sz)
                                           for w, sz in quantised], args.repeats, 3)[0] if quantised else None
+                # the int8 kernel itself at every row count (Int8Linear hands large calls to packed weights)
+                i8 = median_ms(lambda: [torch.ops.aten._weight_int8pack_mm(x, q.weight_q, q.scale) for q in int8],
+                               args.repeats, 3)[0] if int8 else None
             shown = f"{fast:.1f}" if fast is not None else "cannot prepack on this CPU"
-            int4_cell = f" {int4:.1f} |" if int4 is not None else ""
-            print(f"| {str(dtype).removeprefix('torch.')} | {rows} | {plain:.1f} | {shown} |{int4_cell} {floor:.1f} |")
+            cells = "".join(f" {t:.1f} |" for t in (int4, i8) if t is not None)
+            print(f"| {str(dtype).removeprefix('torch.')} | {rows} | {plain:.1f} | {shown} |{cells} {floor:.1f} |")
 
 
 if __name__ == "__main__":

@@ -251,13 +251,19 @@ def packed(linear: nn.Linear) -> nn.Module:
 
 
 class Int8Linear(nn.Module):
-    """A frozen linear layer with int8 weights (one scale per output row), computed by
-    `aten._weight_int8pack_mm` against activations of the original dtype.
+    """A frozen linear layer with int8 weights (one scale per output row) for calls of up to INT8_ROWS rows,
+    computed by `aten._weight_int8pack_mm` against activations of the original dtype; larger calls take the
+    prepacked weights of the original dtype (`packed`).
 
-    For drafters only: a drafter's linears run on a handful of rows right after a target forward has pushed
-    their weights out of the caches, so they are bound by streaming weights, and int8 halves the bytes.
-    Their outputs only propose tokens, which verification accepts or rejects, so rounding the weights can
-    change acceptance but never the output."""
+    For drafters only: a drafter's linears run right after a target forward has pushed their weights out of
+    the caches, so a call of a few rows is bound by streaming weights, and int8 halves the bytes. But
+    `_weight_int8pack_mm`'s time grows with the rows: measured in place (each call after a target forward,
+    BENCHMARKS.md session 22) the layer's five linears took 0.47 / 0.58 / 0.88 / 1.54 ms at 1 / 4 / 6 / 16
+    rows in int8 against a flat ~0.6 ms prepacked, and the catch-up's two over a new prompt's 256 rows 6.8
+    against 0.9 ms. Outputs only propose tokens, which verification accepts or rejects, so rounding the
+    weights can change acceptance but never the output."""
+
+    INT8_ROWS = 4
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
@@ -266,10 +272,15 @@ class Int8Linear(nn.Module):
         self.out_features = linear.out_features
         self.register_buffer("weight_q", torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8))
         self.register_buffer("scale", scale.to(linear.weight.dtype))
+        self.wide = packed(linear)
 
     def forward(self, x: Tensor) -> Tensor:
-        rows = x.reshape(-1, x.shape[-1]).contiguous()
-        out = torch.ops.aten._weight_int8pack_mm(rows, self.weight_q, self.scale)
+        rows = x.reshape(-1, x.shape[-1])
+        if rows.shape[0] > self.INT8_ROWS:
+            # in blocks of at most 32 rows: oneDNN builds a kernel for each new row count (4-7 ms the first
+            # time, BENCHMARKS.md session 22), and a catch-up's row count is new at nearly every step
+            return self.wide.rowwise(x) if isinstance(self.wide, PackedLinear) else self.wide(x)
+        out = torch.ops.aten._weight_int8pack_mm(rows.contiguous(), self.weight_q, self.scale)
         return out.view(*x.shape[:-1], self.out_features)
 
 
@@ -277,9 +288,13 @@ _INT8: dict[tuple[torch.dtype, str], bool] = {}
 
 
 def int8_linear(linear: nn.Linear) -> nn.Module:
-    """`linear` as an Int8Linear where this build of torch runs int8 weights for its dtype on this device;
-    else prepacked (`packed`)."""
+    """`linear` as an Int8Linear for bf16 weights where this build of torch runs int8 weights on this device;
+    else prepacked (`packed`). Against fp32 activations `_weight_int8pack_mm` is no help: 2x slower than
+    the prepacked fp32 weights at one row (`python -m reference_eagle4.linear_bench --int8`, BENCHMARKS.md
+    session 22)."""
     key = (linear.weight.dtype, linear.weight.device.type)
+    if linear.weight.dtype != torch.bfloat16:
+        return packed(linear)
     if key not in _INT8:
         try:
             probe = torch.zeros(2, 32, dtype=linear.weight.dtype, device=linear.weight.device)

@@ -249,7 +249,7 @@ class Eagle4Drafter(nn.Module):
 
     def pack(self, int8: bool = False) -> "Eagle4Drafter":
         """Prepack the drafter's own linears for oneDNN (inference only; a no-op off CPU); with `int8`, the
-        layer's linears keep int8 weights instead (`Int8Linear`: half the bytes to stream)."""
+        layer's linears keep int8 weights too, for calls of a few rows (`Int8Linear`: half the bytes to stream)."""
         if not torch.backends.mkldnn.is_available() or self.qkv.weight.device.type != "cpu":
             return self
         if self.cfg.head == "lowrank" and self.head_weight is not None and isinstance(self.lr_a, nn.Linear):

@@ -17,8 +17,9 @@ which gives the same tree. The chain is the same procedure with top_k = 1.
 
 Candidates are deterministic, so verification is lossless whatever the drafter proposes (brief §3b).
 That is also why, on the CPU, the drafter's layer keeps int8 weights (`int8`, on by default; `--option
-int8=off` keeps the model dtype): its linears run on a few rows right after a target forward has evicted
-them from the caches, so they cost the bytes they stream, and int8 halves those bytes.
+int8=off` keeps the model dtype) for its calls of a few rows: they run right after a target forward has
+evicted the weights from the caches, so they cost the bytes they stream, and int8 halves those bytes
+(larger calls take the model dtype's prepacked weights, `Int8Linear`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from torch import Tensor
 
 from reference_eagle4.drafters import DEFAULT_EAGLE4
 from reference_eagle4.drafters.eagle4 import Eagle4Drafter, load_drafter
+from reference_eagle4.model import Int8Linear
 from reference_eagle4.proposers.base import (
     Proposer, dtype_option, flag_option, load_drafter_folder, register, target_embedding_and_head)
 from reference_eagle4.tree import DraftTree
@@ -153,7 +155,7 @@ class Eagle4Proposer(Proposer):
                 "drafter_sha256": self.drafter_sha256,
                 "top_k": self.top_k, "depth": self.depth, "window": c.window, "head": c.head,
                 "rank": c.rank, "topk_candidates": c.topk_candidates, "capture": list(self.capture),
-                "int8": self.int8}
+                "int8": isinstance(self.drafter.qkv, Int8Linear)}       # in effect: bf16 on a CPU that runs it
 
     # -- engine callbacks --------------------------------------------------------------------------------
     def begin(self, seq: "Sequence", hidden: list[Tensor]) -> None:
