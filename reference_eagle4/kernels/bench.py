@@ -150,6 +150,12 @@ def compare_head(got: tuple[torch.Tensor, torch.Tensor], want: tuple[torch.Tenso
 
 
 # -- timing --------------------------------------------------------------------------------------------------
+def attention_bytes(B: int, kv_len: int, T: int) -> int:
+    """What tree attention must move at the bench's shapes (bf16): each sequence's keys and values once,
+    the queries read and the output written."""
+    return 2 * B * N_KV * kv_len * HEAD_DIM * 2 + 2 * B * N_HEADS * T * HEAD_DIM * 2
+
+
 def bench_attention(timer: Timer, bandwidth: float, contexts: list[int], batches: list[int],
                     trees: list[int]) -> list[dict]:
     from reference_eagle4.kernels.tree_attention_triton import tree_attention_triton
@@ -171,8 +177,7 @@ def bench_attention(timer: Timer, bandwidth: float, contexts: list[int], batches
                 by_split = {s: timer(lambda: tree_attention_triton(*args, kv_len=kv_len, num_splits=s))
                             for s in ATTENTION_SPLITS}
                 torch_ms = timer(lambda: tree_attention_reference(*args, kv_len=kv_len))
-                moved = 2 * B * N_KV * kv_len * HEAD_DIM * 2 + 2 * q.numel() * 2
-                floor = moved / bandwidth
+                floor = attention_bytes(B, kv_len, T) / bandwidth
                 best = min(by_split, key=by_split.get)
                 rows.append(dict(context=ctx, batch=B, tree=T, kernel_ms=kernel, torch_ms=torch_ms, floor_ms=floor,
                                  kernel_over_floor=kernel / floor, best_splits=best, best_ms=by_split[best],
@@ -195,7 +200,7 @@ def sweep_attention(timer: Timer, bandwidth: float) -> list[dict]:
         v = torch.randn(k.shape, generator=gen, device="cuda", dtype=torch.bfloat16)
         q = torch.randn(B, N_HEADS, T, HEAD_DIM, generator=gen, device="cuda", dtype=torch.bfloat16)
         args = (q, k, v, torch.full((B,), ctx, device="cuda"), tree_bits(B, T, torch.Generator()))
-        floor = (2 * B * N_KV * (ctx + T) * HEAD_DIM * 2 + 2 * q.numel() * 2) / bandwidth
+        floor = attention_bytes(B, ctx + T, T) / bandwidth
         for block_n in (32, 64, 128):
             for warps in (4, 8):
                 for stages in (2, 3, 4):
