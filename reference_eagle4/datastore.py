@@ -45,15 +45,18 @@ def _suffix_hash(suffix: list[int]) -> np.uint64:
 class Datastore:
     """Longest-suffix retrieval over a token corpus; `draft` returns the majority continuation."""
 
+    MEMO = 1 << 16          # memoised continuations kept (about 10 MB at most; cleared when full)
+
     def __init__(self, tokens: np.ndarray, vocab_size: int, max_n: int = 6, min_n: int = 2,
                  max_matches: int = 256) -> None:
         """tokens: responses one after another, each followed by BOUNDARY; vocab_size: the tokenizer's, so a
         target of another tokenizer is refused rather than fed foreign ids."""
-        self.tokens = np.asarray(tokens, dtype=np.int64)
+        self.tokens = np.asarray(tokens, dtype=np.int32)
         if self.tokens.max(initial=0) >= vocab_size:
             raise ValueError(f"token id {self.tokens.max()} is outside the vocabulary of {vocab_size}")
         self.vocab_size = vocab_size
         self.max_n, self.min_n, self.max_matches = max_n, min_n, max_matches
+        self._memo: dict[tuple[int, int, int], list[int]] = {}     # (n, n-gram index, length) -> draft
         # per n: the distinct n-gram hashes (sorted), where each one's run of start positions begins in
         # _starts[n] (which lists every start, grouped by hash) and how long the run is
         self._keys: dict[int, np.ndarray] = {}
@@ -65,7 +68,7 @@ class Datastore:
             if len(self.tokens) <= n:
                 continue
             h = _hashes(self.tokens, n)[:-1]                  # each n-gram with a token after it
-            starts = np.arange(len(h))
+            starts = np.arange(len(h), dtype=np.int32)
             # the n-gram and the token after it lie inside one response
             before = np.concatenate([[0], bad])[starts]
             clean = (bad[starts + n] - before) == 0
@@ -90,18 +93,32 @@ class Datastore:
         continuation that most of its occurrences share, token by token; (0, []) without a match.
 
         The longest match is searched from the shortest suffix up: an n-gram occurs only where its last
-        n - 1 tokens do, so a context with no match at all (most steps) costs one probe instead of one per n."""
+        n - 1 tokens do, so a context with no match at all (most steps) costs one probe instead of one per n.
+        Continuations are memoised per n-gram: stock phrases recur across a run's sequences and steps (two
+        in five lookups here), and the n-grams that occur most, whose hundreds of occurrences made a lookup
+        cost up to 0.1 ms after a target forward had evicted the corpus from the caches, recur most."""
         tail = [int(t) for t in history[-self.max_n:]]
-        found_n, found = 0, None
+        found_n, found = 0, -1
         for n in range(self.min_n, min(self.max_n, len(tail)) + 1):
-            starts = self._occurrences(tail[-n:])
-            if starts is None:
+            at = self._occurrences(tail[-n:])
+            if at < 0:
                 break
-            found_n, found = n, starts
-        return (found_n, self._majority(found + found_n, length)) if found is not None else (0, [])
+            found_n, found = n, at
+        if found < 0:
+            return 0, []
+        key = (found_n, found, length)
+        out = self._memo.get(key)
+        if out is None:
+            if len(self._memo) >= self.MEMO:
+                self._memo.clear()
+            lo = int(self._first[found_n][found])
+            starts = self._starts[found_n][lo: lo + min(int(self._count[found_n][found]), self.max_matches)]
+            out = self._memo[key] = self._majority(starts + found_n, length)
+        return found_n, list(out)
 
-    def _occurrences(self, suffix: list[int]) -> np.ndarray | None:
-        """Start positions of (at most max_matches of) `suffix`'s occurrences, None when there are none.
+    def _occurrences(self, suffix: list[int]) -> int:
+        """The index of `suffix` among the distinct n-grams of its length (n = len(suffix)), -1 if it does
+        not occur.
 
         Occurrences are found by their 64-bit hash and only the first is compared token by token: another
         n-gram with the same hash (about 1e-13 a probe here) would cost one wrong draft, which verification
@@ -109,15 +126,13 @@ class Datastore:
         n = len(suffix)
         keys = self._keys.get(n)
         if keys is None:
-            return None
+            return -1
         key = _suffix_hash(suffix)
         i = int(np.searchsorted(keys, key))
         if i == len(keys) or keys[i] != key:
-            return None
-        lo = int(self._first[n][i])
-        starts = self._starts[n][lo: lo + min(int(self._count[n][i]), self.max_matches)]
-        s = int(starts[0])
-        return starts if self.tokens[s: s + n].tolist() == suffix else None
+            return -1
+        s = int(self._starts[n][self._first[n][i]])
+        return i if self.tokens[s: s + n].tolist() == suffix else -1
 
     def _majority(self, pos: np.ndarray, length: int) -> list[int]:
         """Token by token, the value most of the occurrences still agreeing so far continue with (the lowest

@@ -41,6 +41,20 @@ def test_a_single_occurrence_drafts_the_rest_of_its_response():
     assert ds.draft(np.array([0, 2, 3]), 9) == (2, [4, 5, 6])               # and at the response's end
 
 
+def test_memoised_drafts_equal_fresh_ones_at_every_length():
+    rng = np.random.default_rng(1)
+    responses = [rng.integers(0, 12, size=int(rng.integers(5, 40))).tolist() for _ in range(40)]
+    ds = Datastore.from_responses(responses, vocab_size=12)
+    fresh = Datastore.from_responses(responses, vocab_size=12)
+    for _ in range(300):
+        hist, length = rng.integers(0, 12, size=6), int(rng.integers(1, 8))
+        first = ds.draft(hist, length)
+        first[1].append(-5)                      # a caller's edits must not reach the memo
+        assert ds.draft(hist, length) == fresh.draft(hist, length)
+        fresh._memo.clear()
+    assert ds._memo                              # the lookups above did go through it
+
+
 def test_save_load_round_trip_keeps_drafts(tmp_path):
     rng = np.random.default_rng(0)
     responses = [rng.integers(0, 50, size=int(rng.integers(5, 40))).tolist() for _ in range(30)]
