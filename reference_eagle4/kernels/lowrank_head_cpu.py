@@ -31,28 +31,30 @@ def library() -> ctypes.CDLL | None:
         return None
     f = lib.lowrank_topk
     f.restype = ctypes.c_int
-    f.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
-                  ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_int,
-                  ctypes.c_void_p, ctypes.c_void_p]
+    f.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                  ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
+                  ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
     return lib
 
 
 class LowrankHeadCPU:
-    """The head's weights as the kernel reads them: A [r, H], W [V, H], and B in bf16 blocks of 16 rows, pairs
-    of ranks interleaved [V / 16, r / 2, 16, 2] (one VDPBF16PS operand per pair), r padded to even."""
+    """The head's weights as the kernel reads them: A transposed in fp32 [H, r'] (r' = r rounded up to 16 with
+    zero ranks: one broadcast FMA per input feature updates 16 ranks), W [V, H], and B in bf16 blocks of 16
+    rows, pairs of ranks interleaved [V / 16, r / 2, 16, 2] (one VDPBF16PS operand per pair, or an AMX tile
+    in the VNNI layout), r padded to even."""
 
     def __init__(self, a_weight: Tensor, b_weight: Tensor, head_weight: Tensor):
         self.r, self.H = a_weight.shape
         self.V = b_weight.shape[0]
         self.dtype = head_weight.dtype
-        self.A = a_weight.detach().to(self.dtype).contiguous()
         nb, r2 = -(-self.V // LANES), self.r + self.r % 2
         b = torch.zeros(nb * LANES, r2, dtype=torch.bfloat16)
         b[: self.V, : self.r] = b_weight.detach()
         self.B = b.view(nb, LANES, r2 // 2, 2).transpose(1, 2).contiguous()      # [nb, r / 2, 16, 2]
-        if r2 != self.r:                                   # an odd rank: A gains a zero row to match
-            self.A = torch.cat([self.A, self.A.new_zeros(1, self.H)])
-            self.r = r2
+        self.rp = -(-r2 // LANES) * LANES
+        self.At = torch.zeros(self.H, self.rp)
+        self.At[:, : self.r] = a_weight.detach().to(self.dtype).float().T      # the model's values, exactly
+        self.r = r2                                        # an odd rank: a zero rank pairs with the last one
         self.W = head_weight.detach().contiguous()
 
     @classmethod
@@ -75,8 +77,8 @@ class LowrankHeadCPU:
         N = hn.shape[0]
         logp = torch.empty(N, k, dtype=torch.float32)
         idx = torch.empty(N, k, dtype=torch.long)
-        rc = library().lowrank_topk(hn.data_ptr(), int(hn.dtype == torch.bfloat16), N, self.H, self.A.data_ptr(),
-                                    self.B.data_ptr(), self.W.data_ptr(), int(self.dtype == torch.bfloat16),
+        rc = library().lowrank_topk(hn.data_ptr(), int(hn.dtype == torch.bfloat16), N, self.H, self.At.data_ptr(),
+                                    self.rp, self.B.data_ptr(), self.W.data_ptr(), int(self.dtype == torch.bfloat16),
                                     self.r, self.V, K, k, logp.data_ptr(), idx.data_ptr())
         if rc != 0:
             raise MemoryError("low-rank head: workspace allocation failed")

@@ -30,6 +30,26 @@ static inline void offer(Entry *h, int k, float v, int64_t i) {
     if (worse(h[0], e)) { h[0] = e; sift_down(h, k, 0); }
 }
 
+/* Keep (v, i) among the best k seen: fill the heap, then replace its worst. */
+static inline void push(Entry *h, int *filled, int k, float v, int64_t i) {
+    if (*filled < k) {
+        h[(*filled)++] = (Entry){v, i};
+        if (*filled == k)
+            for (int t = k / 2 - 1; t >= 0; t--) sift_down(h, k, t);
+    } else {
+        offer(h, k, v, i);
+    }
+}
+
+/* idx[0..k-1] = the indices of a full heap's entries, best first (heap sort: the worst goes last). */
+static void take_sorted(Entry *h, int k, int64_t *idx) {
+    for (int end = k - 1; end > 0; end--) {
+        const Entry t = h[0]; h[0] = h[end]; h[end] = t;
+        sift_down(h, end, 0);
+    }
+    for (int j = 0; j < k; j++) idx[j] = h[j].i;
+}
+
 #define BLOCK 256   /* values per block of the first pass */
 
 /* idx[0..k-1] = the indices of the row's k largest values, largest first (equal values: lower index
@@ -43,18 +63,13 @@ static void topk_row(const void *row, int bf16, int64_t n, int k, int64_t *idx) 
     float bound = -INFINITY;
     Entry *bm = nblk >= k ? malloc((size_t)k * sizeof(Entry)) : NULL;  /* the k largest block maxima */
     if (bm != NULL) {                                /* (without it every entry is a candidate) */
+        int nbm = 0;
         for (int64_t b = 0; b < nblk; b++) {
             v16f m = load16(row, bf16, b * BLOCK);
             for (int64_t i = b * BLOCK + LANES; i < (b + 1) * BLOCK; i += LANES) m = max16(load16(row, bf16, i), m);
             float best = m[0];
             for (int l = 1; l < LANES; l++) best = m[l] > best ? m[l] : best;
-            if (b < k) {
-                bm[b] = (Entry){best, b};
-                if (b == k - 1)
-                    for (int j = k / 2 - 1; j >= 0; j--) sift_down(bm, k, j);
-            } else {
-                offer(bm, k, best, b);
-            }
+            push(bm, &nbm, k, best, b);
         }
         bound = bm[0].v;
         free(bm);
@@ -71,21 +86,10 @@ static void topk_row(const void *row, int bf16, int64_t n, int k, int64_t *idx) 
         const int64_t end = i + LANES <= n ? i + LANES : n;
         for (int64_t j = i; j < end; j++) {
             const float v = load1(row, bf16, j);
-            if (!(v >= bound)) continue;
-            if (filled < k) {
-                heap[filled++] = (Entry){v, j};
-                if (filled == k)
-                    for (int t = k / 2 - 1; t >= 0; t--) sift_down(heap, k, t);
-            } else {
-                offer(heap, k, v, j);
-            }
+            if (v >= bound) push(heap, &filled, k, v, j);
         }
     }
-    for (int end = k - 1; end > 0; end--) {          /* heap sort: the worst goes last */
-        const Entry t = heap[0]; heap[0] = heap[end]; heap[end] = t;
-        sift_down(heap, end, 0);
-    }
-    for (int j = 0; j < k; j++) idx[j] = heap[j].i;
+    take_sorted(heap, k, idx);
 }
 
 #endif

@@ -36,6 +36,8 @@ def test_the_library_builds_here():
     (1, 576, 64, 32768, 64, 8),      # the default drafter's shapes: one sequence's root
     (8, 576, 64, 32768, 64, 8),      # a level of 8 nodes
     (13, 64, 7, 1000, 20, 20),       # odd rank, a vocabulary that is not a multiple of 16, k = K
+    (40, 576, 64, 32768, 64, 8),     # a batch-8 level: full 16-row tiles and a remainder (AMX where present)
+    (6, 64, 80, 500, 16, 4),         # rank above 64: vector scoring on every CPU
     (3, 40, 4, 300, 1, 1),
 ])
 def test_the_kernel_follows_the_definition(dtype, N, H, r, V, K, k):
