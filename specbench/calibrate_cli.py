@@ -27,7 +27,9 @@ def register(app: typer.Typer) -> None:
         dtype: str = typer.Option("auto", help="auto, float32 or bfloat16: time what runs will use."),
         threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: all)."),
         # the grid of reference_eagle4.calibration's DEFAULT_* (kept literal here: --help imports no torch)
-        batches: str = typer.Option("1,2,4,8,16", help="Batch sizes (sequences per step)."),
+        batches: str = typer.Option("1,2,3,4,5,6,7,8,16", help="Batch sizes (sequences per step). Every size up "
+                                    "to 8 is timed: a step's cost jumps where its rows cross a block of the "
+                                    "linears, which interpolating between 4 and 8 smooths over."),
         contexts: str = typer.Option("256,1024,2048", help="Context lengths (cached tokens per sequence)."),
         tokens: str = typer.Option("1,2,3,4,6,8,16,32,64", help="Tokens verified per sequence per step."),
         widths: str = typer.Option("1,4,8,16", help="Draft-level widths (nodes per sequence) to time the drafter at."),
