@@ -43,7 +43,7 @@ test: setup browser
 test-slow: setup
 	$(PY) -m pytest -q -m slow
 
-# The reference comparison behind README's table (27 min on README's 2-core Xeon VM when quiet, 52-87 min when loaded, up to ~2 h on slower 2-core machines): calibrates this machine once
+# The reference comparison behind README's table (22-27 min on README's 2-core Xeon VM when quiet, 52-87 min when loaded, up to ~2 h on slower 2-core machines): calibrates this machine once
 # (a few minutes), then runs every method interleaved with vanilla at C = 1 and 8 on prompt-enhancement
 # (L = 4, 8, 16) and on the general set (L = 8, 16), and renders both into reports/.
 demo: setup
