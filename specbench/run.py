@@ -169,8 +169,9 @@ class Variant:
 
 
 def execute(runner: ReferenceRunner, job: Job, variants_settings: list[Settings], out_dirs: list[Path],
-            resume: bool, compare_id: str | None, chunk: int) -> list[Path]:
-    """Run every variant on the same rows, interleaving them chunk by chunk (rotating their order)."""
+            resume: bool, compare_id: str | None, chunk: int | None) -> list[Path]:
+    """Run every variant on the same rows, interleaving them chunk by chunk (rotating their order); chunk None:
+    each variant takes every row in one block."""
     seed = variants_settings[0].seed
     rows = job.rows(seed)
     if not rows:
@@ -187,7 +188,7 @@ def execute(runner: ReferenceRunner, job: Job, variants_settings: list[Settings]
         load = LoadMeter.resumed(run_dir.meta.get("machine_load")) if job.engine == "reference" else None
         variants.append(Variant(settings, run_dir, engine, load=load))
         _engine_hook(runner, "start", engine, path)
-    if getattr(runner, "sequential_variants", False):
+    if chunk is None or getattr(runner, "sequential_variants", False):
         chunk = len(ids)                     # server engines: C requests in flight throughout, one server at a time
     total = sum(len(v.dir.todo) for v in variants)
     try:
@@ -259,7 +260,9 @@ def run_one(job: Job, settings: Settings, out: Path | None, resume: bool) -> Pat
     path = out or Path("runs") / new_run_id(settings)
     check_options(job, [(settings.method, {})], settings.options)
     runner = make_runner(job)
-    return execute(runner, job, [settings], [path], resume, None, chunk=max(1, settings.concurrency))[0]
+    # one block: C requests stay in flight until the queue runs dry. Blocks of C, each drained to empty before
+    # the next began, kept 5.5-5.7 requests in flight on average at C = 8 over 32 prompts; one block keeps 7.2-7.4.
+    return execute(runner, job, [settings], [path], resume, None, chunk=None)[0]
 
 
 def check_options(job: Job, methods: list[tuple[str, dict[str, Any]]], shared: dict[str, Any]) -> None:

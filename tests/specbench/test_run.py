@@ -32,6 +32,20 @@ def test_run_writes_manifest_and_one_record_per_request(tiny_target, tmp_path):
     assert len(m["weights_sha256"]) == 64 and m["method_config"]["budget"] == 4
 
 
+def test_run_keeps_c_requests_in_flight_until_the_queue_runs_dry(tiny_target, tmp_path, monkeypatch):
+    """The engine gets every request at once, so a request starts as soon as a slot frees; groups of C, each
+    drained before the next began, measured C = 8 at 5.5-5.7 requests in flight."""
+    from specbench.runners.reference import ReferenceRunner
+
+    handed: list[int] = []
+    real = ReferenceRunner.run
+    monkeypatch.setattr(ReferenceRunner, "run", lambda self, engine, todo, *a: (handed.append(len(todo)),
+                                                                             real(self, engine, todo, *a))[1])
+    res = cli.invoke(app, run_args(tiny_target, tmp_path / "run", "--concurrency", "2"))
+    assert res.exit_code == 0, res.output
+    assert handed == [4]
+
+
 def test_resume_completes_a_run_and_keeps_finished_records(tiny_target, tmp_path):
     out = tmp_path / "run"
     assert cli.invoke(app, run_args(tiny_target, out)).exit_code == 0
