@@ -102,8 +102,10 @@ class CostTable:
 # so at batch 8 3 tokens cost nearly what 4 do, not the midpoint of 2 and 4 (BENCHMARKS.md, session 20).
 # 10: the drafter's int8 linears take their prepacked bf16 weights above 4 rows (a batch-8 draft level and
 # catch-up cheaper, BENCHMARKS.md session 22). 11: the low-rank head scores with AMX tiles where the CPU has
-# them and selects from span maxima (a draft level of 8 rows 0.17 ms cheaper, of 64 rows 1.9 ms).
-COSTS_REVISION = 11
+# them and selects from span maxima (a draft level of 8 rows 0.17 ms cheaper, of 64 rows 1.9 ms). 12: exact
+# linears take one AMX call for any number of rows where the CPU has AMX (`amx_linear`; at batch 8 a step of
+# 5 tokens a sequence 30% cheaper, of 1 token 13%).
+COSTS_REVISION = 12
 
 
 def device_key(model: Transformer, parallelism: str = "single") -> dict[str, Any]:

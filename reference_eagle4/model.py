@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from reference_eagle4.kernels import layer_ops
+from reference_eagle4.kernels import amx_linear, layer_ops
 from reference_eagle4.kernels.exact_attention_cpu import exact_attention_cpu, library, supports
 
 
@@ -208,6 +208,7 @@ class PackedLinear(nn.Module):
         super().__init__()
         self.out_features = linear.out_features
         self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), rows_hint)
+        self.tiles = amx_linear.pack(linear.weight)      # None where the AMX kernel does not run (rowwise)
 
     def forward(self, x: Tensor) -> Tensor:
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
@@ -222,7 +223,12 @@ class PackedLinear(nn.Module):
         block of fewer than MIN_ROWS rows is padded up to MIN_ROWS: one row must not run alone, and oneDNN's
         kernels for 2 or 3 rows are slower than its 4-row one (`linear_bench`, Zen 4: the MLP's gate/up
         projection over 30 layers 8.7 ms at 2 rows, 5.9 ms at 4; BENCHMARKS.md session 12), so a decoding
-        step pays for 4."""
+        step pays for 4. On a CPU with AMX one call of `amx_linear` takes any number of rows instead, each
+        row alike, streaming the weights once (blocks of 32 streamed them once per block)."""
+        if self.tiles is not None:
+            out = amx_linear.matmul(x, self.tiles, self.out_features)
+            if out is not None:
+                return out
         rows = x.reshape(-1, x.shape[-1])
         if rows.shape[0] <= self.ROW_BLOCK:       # a decoding or verification step: one call, no split
             out = self._block(rows)

@@ -31,14 +31,7 @@
 #if defined(__AVX512BF16__)
 #include <immintrin.h>
 #endif
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
-#include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#define HAVE_AMX 1
-#else
-#define HAVE_AMX 0
-#endif
+#include "amx.h"
 
 #define TILE 8           /* rows scored together per load of a block of B (VDPBF16PS path) */
 #define CHUNK 16         /* blocks of B per unit of the scoring loop (32 KB of B, kept in L1 across rows) */
@@ -111,20 +104,6 @@ static void score_rows(const uint32_t *u, int64_t pairs, int nt, const uint16_t 
 }
 
 #if HAVE_AMX
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} TileConfig;
-
-/* Linux lends AMX's tile state to a process that asks (once; oneDNN's AMX kernels ask too). */
-static int amx_ready(void) {
-    static int state;                            /* 0 not asked yet, 1 granted, -1 refused */
-    if (state == 0)
-        state = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0 ? 1 : -1;
-    return state > 0;
-}
-
 /* Tiles for M rows of hn: 0 = scores [M][16] fp32; 1, 2 = u's first (up to) 16 rank pairs [M][k0] and
  * the block of B's same pairs [k0][16 x 2]; 3, 4 = the remaining k1 pairs (rank <= 64). */
 static void amx_config(int M, int64_t pairs) {
