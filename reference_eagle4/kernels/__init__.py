@@ -6,7 +6,7 @@ and times the kernels on a GPU; `python -m reference_eagle4.kernels.sm90` compil
 Linux machine and reports registers and spills.
 
 The CPU's C kernels (`exact_attention.c`, `row_ops.c`, `layer_ops.c`, `lowrank_head.c`,
-`drafter_attention.c`, built on first use by `cpu_build`) are imported from their own modules.
+`drafter_attention.c`, `amx_linear.c`, built on first use by `cpu_build`) are imported from their own modules.
 """
 
 import torch
