@@ -125,8 +125,10 @@ static inline void share(int64_t n, int tid, int nt, int64_t *lo, int64_t *hi) {
     *hi = n * (tid + 1) / nt;
 }
 
-/* Attention of key head g of sequence b, by thread tid of nt working on it together (nt = 1: alone). */
-static void head(const Step *c, const Buffers *u, int b, int g, int tid, int nt) {
+/* Attention of key head g of sequence b for its real rows first..last-1 (in order; first a multiple of 4),
+ * by thread tid of nt working on it together (nt = 1: alone). A row's output does not depend on which
+ * other rows share the call, so threads may split a head's rows between them. */
+static void head(const Step *c, const Buffers *u, int b, int g, int first, int last, int tid, int nt) {
     const int D = c->D, T = c->T;
     const int64_t sp = c->sp, L = c->lens[b], S = L + T, S16 = (S + LANES - 1) / LANES * LANES;
     const uint8_t *mb = c->mask + (size_t)b * T * T, *vb = c->valid ? c->valid + (size_t)b * T : NULL;
@@ -134,17 +136,21 @@ static void head(const Step *c, const Buffers *u, int b, int g, int tid, int nt)
     const int64_t base = b * c->sb + g * c->sh;
     float *qf = u->qf, *sc = u->sc, *w = u->w, *sums = u->sums, *kt = u->kt;
     int *rows = u->rows, *tail = u->tail, *count = u->count;
-    int R = 0;                                         /* rows of this head's real tokens, listed in rows */
-    for (int r = 0; r < c->R; r++) R += !vb || vb[r % T];
+    int real = 0;                                      /* rows of this head's real tokens */
+    for (int r = 0; r < c->R; r++) real += !vb || vb[r % T];
+    const int R = (real < last ? real : last) - first;  /* this call's, listed in rows */
+    if (R <= 0) return;
     const int R4 = (R + 3) / 4 * 4;
     int64_t lo, hi;
     /* 0. the rows, the queries and the keys (transposed, 16 positions a block), as fp32; a padding
-     * token's output is zeros */
+     * token's output is zeros (written by the call that has row 0) */
     if (tid == 0) {
-        int n = 0;
+        int n = 0, seen = 0;
         for (int r = 0; r < c->R; r++) {
-            if (!vb || vb[r % T]) rows[n++] = r;
-            else zero_row(c->out, c->io_bf16, q0 + (size_t)r * D, D);
+            if (!vb || vb[r % T]) {
+                if (seen >= first && seen < first + R) rows[n++] = r;
+                seen++;
+            } else if (first == 0) zero_row(c->out, c->io_bf16, q0 + (size_t)r * D, D);
         }
     }
     if (nt > 1) {
@@ -283,16 +289,28 @@ int exact_attention(const void *q, int io_bf16, const void *k, const void *v, in
     if (!grow((void **)&work, &work_cap, nf * threads * sizeof(float)) ||
         !grow((void **)&iwork, &iwork_cap, ni * threads * sizeof(int)))
         return -1;
+    const int blocks = c.R4 / 4;                       /* a head's rows, in blocks of 4 */
     #pragma omp parallel
     {
         const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
-        if (heads >= nt) {
+        if (heads % nt == 0 || heads >= 4 * nt) {      /* whole heads, taken as threads come free */
             const Buffers u = buffers(&c, work + nf * tid, iwork + ni * tid);
             #pragma omp for schedule(dynamic)
-            for (int h = 0; h < heads; h++) head(&c, &u, h / KV, h % KV, 0, 1);
-        } else {
+            for (int h = 0; h < heads; h++) head(&c, &u, h / KV, h % KV, 0, c.R, 0, 1);
+        } else if ((int64_t)heads * blocks >= nt) {    /* equal shares of all heads' row blocks, e.g. 3 key
+                                                        * heads on 2 threads: 1.5 each, not 2 and 1 */
+            const Buffers u = buffers(&c, work + nf * tid, iwork + ni * tid);
+            int64_t lo, hi;
+            share((int64_t)heads * blocks, tid, nt, &lo, &hi);
+            for (int64_t i = lo; i < hi;) {
+                const int h = (int)(i / blocks), first = (int)(i % blocks);
+                const int last = hi - i < blocks - first ? first + (int)(hi - i) : blocks;
+                head(&c, &u, h / KV, h % KV, 4 * first, 4 * last, 0, 1);
+                i += last - first;
+            }
+        } else {                                       /* few rows: all threads on each head */
             const Buffers u = buffers(&c, work, iwork);
-            for (int h = 0; h < heads; h++) head(&c, &u, h / KV, h % KV, tid, nt);
+            for (int h = 0; h < heads; h++) head(&c, &u, h / KV, h % KV, 0, c.R, tid, nt);
         }
     }
     return 0;

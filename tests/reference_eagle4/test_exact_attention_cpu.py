@@ -98,3 +98,25 @@ def test_padding_tokens_are_skipped_and_real_ones_unchanged():
     real = valid[:, None, :].expand(-1, 6, -1)                          # [B, H, T]
     assert torch.equal(padded[real], full[real])
     assert (padded[1, :, 4:] == 0).all()
+
+
+@pytest.mark.parametrize("B,threads", [(1, 2), (1, 4), (2, 4), (2, 5), (1, 16)])
+def test_the_bits_do_not_depend_on_how_threads_share_the_heads(B, threads):
+    """Threads take whole key heads, split the rows of all heads in equal shares (3 heads on 2 threads)
+    or all work on each head (fewer row blocks than threads): every way gives the one-thread bits,
+    padding included."""
+    q, k, v, lens, mask = step(B, 9, 3, 13, 64, [40, 70][:B], torch.bfloat16, seed=B + threads)
+    valid = torch.arange(13)[None, :] < torch.tensor([[13], [6]][:B])
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = exact_attention_cpu(q, k, v, lens, mask, valid)
+        torch.set_num_threads(threads)
+        many = exact_attention_cpu(q, k, v, lens, mask, valid)
+        decode = exact_attention_cpu(q[:, :, :1], k, v, lens, mask[:, :1, :1].contiguous())
+        torch.set_num_threads(1)
+        decode_one = exact_attention_cpu(q[:, :, :1], k, v, lens, mask[:, :1, :1].contiguous())
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(many, one)
+    assert torch.equal(decode, decode_one)
