@@ -104,8 +104,10 @@ class CostTable:
 # catch-up cheaper, BENCHMARKS.md session 22). 11: the low-rank head scores with AMX tiles where the CPU has
 # them and selects from span maxima (a draft level of 8 rows 0.17 ms cheaper, of 64 rows 1.9 ms). 12: exact
 # linears take one AMX call for any number of rows where the CPU has AMX (`amx_linear`; at batch 8 a step of
-# 5 tokens a sequence 30% cheaper, of 1 token 13%).
-COSTS_REVISION = 12
+# 5 tokens a sequence 30% cheaper, of 1 token 13%). 13: exact attention splits a head's rows among threads
+# when the key heads do not share evenly (batch 1, 16 tokens: a layer's attention 18% cheaper), and exact
+# linears round to bf16 with AVX512-BF16 instructions where the CPU has them.
+COSTS_REVISION = 13
 
 
 def device_key(model: Transformer, parallelism: str = "single") -> dict[str, Any]:
