@@ -35,7 +35,8 @@ def _us(fns: list, repeats: int, calls: int = 20) -> list[float]:
 
 def _baseline(source: Path):
     """exact_attention_cpu over the library built from another copy of exact_attention.c (an A/B of a
-    kernel change: e.g. `git show REV:reference_eagle4/kernels/exact_attention.c > /tmp/old.c`)."""
+    kernel change). It includes the kernel headers, so it must sit beside them: e.g.
+    `git show REV:reference_eagle4/kernels/exact_attention.c > reference_eagle4/kernels/old_attention.c`."""
     import ctypes
 
     import reference_eagle4.kernels.exact_attention_cpu as ea
@@ -45,7 +46,8 @@ def _baseline(source: Path):
         raise SystemExit(f"--attention-baseline: {source} does not exist")
     lib = load(source, "no baseline")
     if lib is None:
-        raise SystemExit(f"--attention-baseline: {source} did not build (see the warning)")
+        raise SystemExit(f"--attention-baseline: {source} did not build (see the warning; it includes the "
+                         f"kernel headers, so put it in {Path(__file__).parent})")
     lib.exact_attention.restype = ctypes.c_int
     lib.exact_attention.argtypes = attention_library().exact_attention.argtypes
 
@@ -137,7 +139,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=7, help="Interleaved rounds (the median is shown).")
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's).")
     ap.add_argument("--attention-baseline", type=Path, default=None,
-                    help="Another exact_attention.c, built and timed interleaved with this one (outputs checked equal).")
+                    help="Another exact_attention.c, beside this one in reference_eagle4/kernels/ (it includes the "
+                         "headers there), built and timed interleaved with it (outputs checked equal).")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
