@@ -106,7 +106,7 @@ class CostTable:
 # linears take one AMX call for any number of rows where the CPU has AMX (`amx_linear`; at batch 8 a step of
 # 5 tokens a sequence 30% cheaper, of 1 token 13%). 13: exact attention splits a head's rows among threads
 # when the key heads do not share evenly (batch 1, 16 tokens: a layer's attention 18% cheaper), and exact
-# linears round to bf16 with AVX512-BF16 instructions where the CPU has them.
+# linears round their outputs to bf16 16 lanes at a time.
 COSTS_REVISION = 13
 
 

@@ -114,14 +114,7 @@ int amx_linear(const uint16_t *x, int64_t M, int64_t K, int64_t ldx, const uint1
                 for (int t = 0; t <= two; t++)
                     for (int rr = 0; rr < 16 && r0 + 16 * t + rr < M; rr++) {
                         uint16_t *o = out + (r0 + 16 * t + rr) * ldo + nb * 32;
-                        for (int h = 0; h < 2; h++) {
-#if defined(__AVX512BF16__)      /* the same rounding (nearest even) in one instruction for 16 outputs */
-                            _mm256_storeu_si256((__m256i *)(o + 16 * h),
-                                                (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(acc[t][h][rr])));
-#else
-                            for (int n = 0; n < 16; n++) o[16 * h + n] = bf16_round(acc[t][h][rr][n]);
-#endif
-                        }
+                        for (int h = 0; h < 2; h++) store16_bf16(o + 16 * h, load16(acc[t][h][rr], 0, 0));
                     }
             }
         }

@@ -272,8 +272,9 @@ static void head(const Step *c, const Buffers *u, int b, int g, int first, int l
 /* q, out [B, H, T, D] contiguous, bf16 (io_bf16 = 1) or fp32; k, v: cache views, element (b, h, s, d) at
  * b*sb + h*sh + s*D + d, bf16 (kv_bf16 = 1) or fp32; lens [B]; mask [B, T, T] uint8 (row t = the new tokens
  * token t sees); valid [B, T] uint8 (0: a padding token, skipped, its output zeros) or NULL (all real). D must be a multiple of 16, at most MAX_D. Runs on the caller's OpenMP threads (torch's: the
- * library shares its runtime): each thread takes whole key heads when there are enough to go round, else
- * all threads share each head. Returns 0, -1 if the workspace could not be allocated, -2 for a bad D. */
+ * library shares its runtime): each thread takes whole key heads when they share evenly or there are
+ * plenty, else equal shares of all heads' row blocks, else (fewer blocks than threads) all threads share
+ * each head. Returns 0, -1 if the workspace could not be allocated, -2 for a bad D. */
 int exact_attention(const void *q, int io_bf16, const void *k, const void *v, int kv_bf16, int64_t sb,
                     int64_t sh, const int64_t *lens, const uint8_t *mask, const uint8_t *valid, void *out,
                     int B, int H, int KV, int T, int D, float scale) {

@@ -18,18 +18,10 @@ static inline v16f select_nonneg(v16f x, v16f a, v16f b) {
     return select16(x >= 0.0f, a, b);
 }
 
-/* 16 values to bf16 (round to nearest even, NaN kept a quiet NaN: bf16_round lane by lane) or fp32. */
+/* 16 values to bf16 (store16_bf16) or fp32. */
 static inline void store16_as(void *row, int bf16, int64_t i, v16f x) {
-    if (!bf16) {
-        store16((float *)row + i, x);
-        return;
-    }
-    typedef uint32_t v16u __attribute__((vector_size(LANES * sizeof(uint32_t)), aligned(4)));
-    const v16u u = (v16u)x;
-    const v16u rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const v16u nan = (v16u)((u & 0x7fffffffu) > 0x7f800000u);
-    const v16u bits = (((u >> 16) | 0x40u) & nan) | (rounded & ~nan);
-    *(v16h *)((uint16_t *)row + i) = __builtin_convertvector(bits, v16h);
+    if (bf16) store16_bf16((uint16_t *)row + i, x);
+    else store16((float *)row + i, x);
 }
 
 /* The m <= 16 values from element i on (the rest of a row shorter than a vector: zeros in the other

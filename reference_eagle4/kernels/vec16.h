@@ -66,6 +66,17 @@ static inline uint16_t bf16_round(float f) {       /* round to nearest even, as 
     return (uint16_t)(u >> 16);
 }
 
+/* bf16_round of 16 lanes at once, NaN kept a quiet NaN (integer vector code: AVX512-BF16's conversion would
+ * flush denormals to zero, which bf16_round and torch do not) */
+static inline void store16_bf16(uint16_t *dst, v16f x) {
+    typedef uint32_t v16u __attribute__((vector_size(LANES * sizeof(uint32_t)), aligned(4)));
+    const v16u u = (v16u)x;
+    const v16u rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const v16u nan = (v16u)((u & 0x7fffffffu) > 0x7f800000u);
+    const v16u bits = (((u >> 16) | 0x40u) & nan) | (rounded & ~nan);
+    *(v16h *)dst = __builtin_convertvector(bits, v16h);
+}
+
 /* a where mask (all ones) else b, lane by lane (GCC's C has no vector ?:) */
 static inline v16f select16(v16i mask, v16f a, v16f b) {
     return (v16f)(((v16i)a & mask) | ((v16i)b & ~mask));
