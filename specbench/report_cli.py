@@ -6,10 +6,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from specbench.analysis.frame import summaries_frame
 from specbench.analysis.metrics import speedups, summarize_run
 from specbench.report import fmt, render_report
 
@@ -43,11 +45,22 @@ def print_unsquashed(table: Table) -> None:
     (Console(width=natural) if natural > console.width else console).print(table)
 
 
+def write_frame(frame: pd.DataFrame, csv: Path | None = None, parquet: Path | None = None) -> None:
+    """The results table as files a notebook reads back with `pandas.read_csv` / `read_parquet`."""
+    for path, write in ((csv, frame.to_csv), (parquet, frame.to_parquet)):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write(path, index=False)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def summarize(
         run_dirs: list[Path] = typer.Argument(..., help="Run directories (each with manifest.json and records.jsonl)."),
         as_json: bool = typer.Option(False, "--json", help="Print the full summaries as JSON instead of a table."),
+        csv: Path | None = typer.Option(None, "--csv", help="Also write the results as CSV: one row per run × "
+                                        "category plus an 'all' row per run, with the report's columns."),
+        parquet: Path | None = typer.Option(None, "--parquet", help="Also write the same rows as Parquet."),
     ) -> None:
         """Acceptance length, hit rates, throughput and latency of finished runs."""
         summaries = [summarize_run(d) for d in run_dirs]
@@ -55,6 +68,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(summaries, indent=2))
         else:
             print_unsquashed(summary_table(summaries))
+        if csv or parquet:
+            write_frame(summaries_frame(summaries), csv=csv, parquet=parquet)
 
     @app.command()
     def report(

@@ -11,9 +11,11 @@ import sys
 from pathlib import Path
 
 import matplotlib.image
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from specbench.analysis.frame import COLUMNS, runs_frame
 from specbench.analysis.metrics import summarize_run
 from specbench.cli import app
 from specbench.report import render_report
@@ -204,3 +206,24 @@ def test_step_time_columns_appear_where_runs_record_them(synth, tmp_path):
     table = _md_tables((tmp_path / "timed" / "leaderboard.md").read_text())[("prompt-enhancement", "C=1")]
     assert (_row(table, "ng")["draft ms"], _row(table, "ng")["verify ms"]) == ("2.0", "55.0")
     assert (_row(table, "van")["draft ms"], _row(table, "van")["verify ms"]) == ("0.0", "50.0")
+
+
+def test_cli_summarize_writes_csv_and_parquet(run_dirs, tmp_path):
+    """One row per run × category plus an "all" row per run; both files read back into the same DataFrame, and
+    the table (or the JSON) still goes to stdout as before."""
+    csv, parquet = tmp_path / "out" / "runs.csv", tmp_path / "out" / "runs.parquet"
+    result = CliRunner().invoke(app, ["summarize", *map(str, run_dirs), "--csv", str(csv), "--parquet", str(parquet)],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "ng-c1" in result.output and "specbench summary" in result.output
+    expected = runs_frame(run_dirs)
+    assert len(expected) == sum(1 + len(summarize_run(d)["per_category"]) for d in run_dirs)
+    pd.testing.assert_frame_equal(pd.read_parquet(parquet), expected)
+    pd.testing.assert_frame_equal(pd.read_csv(csv, dtype=COLUMNS), expected)
+    ng = pd.read_csv(csv).set_index(["run_id", "category"]).loc[("ng-c1", "all")]
+    assert (ng["speedup"], ng["hit_at_1"], ng["n_ok"], ng["n_failed"]) == (pytest.approx(1.6), pytest.approx(5 / 6), 2, 1)
+
+    result = CliRunner().invoke(app, ["summarize", "--json", str(run_dirs[1]), "--csv", str(tmp_path / "one.csv")])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == [summarize_run(run_dirs[1])]
+    assert len(pd.read_csv(tmp_path / "one.csv")) == 3          # all, text-to-image, text-to-video
