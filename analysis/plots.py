@@ -19,6 +19,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from specbench.analysis.metrics import BASELINE_METHOD, speedups
+
 Summary = dict[str, Any]
 
 # What tells two runs of one dataset apart; labels show the method and whichever of the others vary.
@@ -126,8 +128,9 @@ class Styles:
                 "hatch": HATCHES[self.budgets.index(s["budget"]) % len(HATCHES)]}
 
     def legend(self, fig: Figure, drawn: list[Summary], budget: str | None = "line",
-               concurrency: bool = True) -> None:
-        """Methods by colour, then budgets (as line styles or hatches) and concurrencies when they vary."""
+               concurrency: bool = True, extra: Iterable[Artist] = ()) -> None:
+        """Methods by colour, then budgets (as line styles or hatches) and concurrencies when they vary, then any
+        `extra` handles (a reference line)."""
         handles: list[Artist] = [Patch(color=self.colors[m], label=m)
                                  for m in self.methods if any(self.key(s) == m for s in drawn)]
         budgets = sorted({s["budget"] for s in drawn})
@@ -142,6 +145,7 @@ class Styles:
         if concurrency and len(levels) > 1:
             handles += [Line2D([], [], color="dimgray", linestyle="none",
                                marker=MARKERS[self.levels.index(c) % len(MARKERS)], label=f"C={c}") for c in levels]
+        handles += list(extra)
         fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), frameon=False,
                    fontsize="small")
 
@@ -242,6 +246,50 @@ def throughput_by_concurrency(summaries: list[Summary], path: Path) -> Plot:
         ax.set(title=dataset, ylabel="aggregate tokens / s")
         ax.grid(axis="y", alpha=0.3)
     style.legend(fig, drawable, budget="hatch", concurrency=False)
+    return Plot(title, _save(fig, path), note)
+
+
+def speedup_by_budget(summaries: list[Summary], path: Path) -> Plot:
+    """The report's headline figure: speedup over vanilla against budget L, one row of panels per dataset and one
+    panel per concurrency C, one line per method, a dashed line at 1.0× (vanilla) and each panel's best run
+    labelled with its speedup. Rows share their y axis, so a dataset's panels show what C does to the gain."""
+    title = "Speedup over vanilla by method and budget"
+    ratio = {id(s): sp["speedup"] for s, sp in zip(summaries, speedups(summaries))}
+    methods = [s for s in summaries if s["method"] != BASELINE_METHOD]
+    if not methods:
+        return _nothing(title, path, "No method besides vanilla ran.")
+    drawable, note = _select(methods, lambda s: ratio[id(s)] is not None, "No vanilla run to compare with")
+    if not drawable:
+        return _nothing(title, path, note)
+    style = Styles(summaries)
+    groups = _by_dataset(drawable)
+    levels = sorted({s["concurrency"] for s in drawable})
+    fig = Figure(figsize=(PANEL_W * len(levels), (PANEL_H - 0.4) * len(groups) + 0.8), layout="constrained")
+    axes = fig.subplots(len(groups), len(levels), squeeze=False, sharey="row")
+    for row, (dataset, runs) in zip(axes, groups.items()):
+        row[0].set_ylabel("speedup over vanilla (×)")
+        for ax, c in zip(row, levels):
+            at_c = [s for s in runs if s["concurrency"] == c]
+            ax.axhline(1.0, color="dimgray", linestyle="--", linewidth=1)
+            ax.set(title=f"{dataset} · C={c}", xlabel="budget L (tokens verified per step)")
+            ax.margins(y=0.15)      # room above the best run's label
+            ax.grid(alpha=0.3)
+            if not at_c:
+                ax.text(0.5, 0.5, "no runs", transform=ax.transAxes, ha="center", va="center", color="dimgray")
+                continue
+            for method in dict.fromkeys(style.key(s) for s in at_c):
+                points = sorted((s for s in at_c if style.key(s) == method), key=lambda s: s["budget"])
+                ax.plot([s["budget"] for s in points], [ratio[id(s)] for s in points], label=method,
+                        **style.line(points[0], budget=False))
+            best = max(at_c, key=lambda s: ratio[id(s)])
+            ax.annotate(f"{ratio[id(best)]:.2f}×", (best["budget"], ratio[id(best)]), textcoords="offset points",
+                        xytext=(0, 7), ha="center", fontsize="small", fontweight="bold")
+            budgets = sorted({s["budget"] for s in at_c})
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(budgets, [str(b) for b in budgets])
+            ax.minorticks_off()
+    vanilla = Line2D([], [], color="dimgray", linestyle="--", linewidth=1, label="vanilla (1.0×)")
+    style.legend(fig, drawable, budget=None, concurrency=False, extra=[vanilla])
     return Plot(title, _save(fig, path), note)
 
 

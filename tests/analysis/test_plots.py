@@ -126,3 +126,31 @@ def test_one_colour_per_method_and_one_legend_entry_per_key(summaries, tmp_path,
     assert ng4.get_linestyle() != ng8.get_linestyle() and ng4.get_marker() != ng4_c8.get_marker()
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert legend == ["ngram", "L=4", "L=8", "C=1", "C=8"]
+
+
+def test_speedup_headline_one_panel_per_concurrency_with_vanilla_dashed(summaries, tmp_path, captured):
+    """ngram L=4 emits 9 tokens a request and L=8 17, vanilla 5: 1.8× and 3.4× at C=1, 1.8× at C=8."""
+    plot = plots.speedup_by_budget(summaries, tmp_path / "speedup.png")
+    assert plot.note == ""
+    _not_blank(plot.path)
+    c1, c8 = captured["speedup.png"].axes
+    assert (c1.get_title(), c8.get_title()) == ("prompt-enhancement · C=1", "prompt-enhancement · C=8")
+    drawn = lambda ax: {line.get_label(): (list(line.get_xdata()), list(line.get_ydata()))  # noqa: E731
+                        for line in ax.lines if line.get_linestyle() != "--"}
+    assert drawn(c1) == {"ngram": ([4, 8], pytest.approx([1.8, 3.4]))}
+    assert drawn(c8) == {"ngram": ([4], pytest.approx([1.8]))}
+    dashed = [line for line in c1.lines if line.get_linestyle() == "--"]
+    assert len(dashed) == 1 and list(dashed[0].get_ydata()) == [1.0, 1.0]
+    assert [t.get_text() for t in c1.texts] == ["3.40×"]      # the panel's best run, labelled
+
+
+def test_speedup_headline_names_runs_without_vanilla_and_needs_a_method(synth, summaries, tmp_path):
+    alone = summarize_run(synth.run("fw", [synth.record("q", [synth.step(1, 3)])], method="ngram", budget=4,
+                                    dataset="fireworks"))
+    plot = plots.speedup_by_budget(summaries + [alone], tmp_path / "speedup.png")
+    assert plot.path is not None
+    assert plot.note == "No vanilla run to compare with, not shown: fireworks ngram L=4 C=1."
+    vanilla_only = plots.speedup_by_budget([s for s in summaries if s["method"] == "vanilla"], tmp_path / "v.png")
+    assert (vanilla_only.path, vanilla_only.note) == (None, "No method besides vanilla ran.")
+    nothing = plots.speedup_by_budget([alone], tmp_path / "none.png")
+    assert nothing.path is None and nothing.note.startswith("No vanilla run to compare with")
