@@ -1,7 +1,9 @@
 """`specbench report`: run directories -> leaderboard.md + index.html + plots, rebuilt from saved records only.
 
-Tables are built once here as rows of formatted strings and the two templates only lay them out, so the Markdown
-and the HTML always show the same numbers.
+Both pages lead with the answer: sentences saying which method is fastest where and by how much
+(`analysis.headline`) and the speedup-over-vanilla figure, then the tables and the other plots, long ones
+collapsed. Tables are built once here as rows of formatted strings and the two templates only lay them out, so
+the Markdown and the HTML always show the same numbers.
 """
 
 from __future__ import annotations
@@ -13,14 +15,16 @@ from typing import Any, Iterable
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from specbench.analysis.headline import sentences
 from specbench.analysis.metrics import speedups, summarize_run
-from specbench.analysis.plots import Plot, all_plots
+from specbench.analysis.plots import Plot, all_plots, speedup_by_budget
 from specbench.machine_load import others_share
 
 Summary = dict[str, Any]
 
 TEMPLATES = Path(__file__).parent / "templates"
 DASH = "—"
+HEADLINE_PLOT = "speedup.png"
 # Manifest keys describing where a run ran, shown when any manifest has them (device and dtype always).
 ENVIRONMENT_KEYS = ("device", "dtype", "machine", "hostname", "platform", "cpu", "gpu", "versions")
 RESULT_COLUMNS = (
@@ -188,17 +192,23 @@ def _render(template: str, context: dict[str, Any]) -> str:
     return env.get_template(template).render(**context)
 
 
-def _context(summaries: list[Summary], plots: list[Plot], out_dir: Path) -> dict[str, Any]:
-    """Everything both templates show; plot paths are made relative to out_dir so the report folder can move."""
+def _plot_view(plot: Plot, out_dir: Path) -> dict[str, Any]:
+    """A plot as the templates show it, its path relative to out_dir so the report folder can move."""
+    return {"title": plot.title, "src": plot.path.relative_to(out_dir).as_posix() if plot.path else None,
+            "note": plot.note}
+
+
+def _context(summaries: list[Summary], headline: Plot, plots: list[Plot], out_dir: Path) -> dict[str, Any]:
+    """Everything both templates show: the headline (sentences and figure) first, then tables and plots."""
     speeds = speedups(summaries)
     created = sorted(str(s["created"]) for s in summaries if s.get("created"))
     return {
+        "headline": {"sentences": sentences(summaries), "plot": _plot_view(headline, out_dir)},
         "n_runs": len(summaries),
         "created_range": (created[0], created[-1]) if created else None,
         "datasets": _dataset_sections(summaries, speeds),
         "legend": COLUMN_LEGEND,
-        "plots": [{"title": p.title, "src": p.path.relative_to(out_dir).as_posix() if p.path else None,
-                   "note": p.note} for p in plots],
+        "plots": [_plot_view(p, out_dir) for p in plots],
         "runs": _runs_table(summaries, speeds),
         "commands": [(str(s["run_id"]), _command(s["command"])) for s in summaries],
         "environment": _environment(summaries),
@@ -206,15 +216,17 @@ def _context(summaries: list[Summary], plots: list[Plot], out_dir: Path) -> dict
 
 
 def render_report(run_dirs: Iterable[str | Path], out_dir: str | Path) -> list[Path]:
-    """Write out_dir/leaderboard.md, out_dir/index.html and the plots; return every path written."""
+    """Write out_dir/leaderboard.md, out_dir/index.html, the headline figure and the plots; return every path
+    written, the pages first and the figures in the order the pages show them."""
     out_dir = Path(out_dir)
     summaries = [summarize_run(d) for d in run_dirs]
     out_dir.mkdir(parents=True, exist_ok=True)
+    headline = speedup_by_budget(summaries, out_dir / HEADLINE_PLOT)
     plots = all_plots(summaries, out_dir)
-    context = _context(summaries, plots, out_dir)
+    context = _context(summaries, headline, plots, out_dir)
     written = []
     for name in ("leaderboard.md", "index.html"):
         path = out_dir / name
         path.write_text(_render(f"{name}.j2", context))
         written.append(path)
-    return written + [p.path for p in plots if p.path]
+    return written + [p.path for p in (headline, *plots) if p.path]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -16,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from specbench.analysis.frame import COLUMNS, runs_frame
+from specbench.analysis.headline import sentences
 from specbench.analysis.metrics import summarize_run
 from specbench.cli import app
 from specbench.report import render_report
@@ -79,8 +81,8 @@ def _row(table: list[dict[str, str]], run: str) -> dict[str, str]:
 def test_leaderboard_tables_and_numbers(run_dirs, tmp_path):
     out = tmp_path / "report"
     written = render_report(run_dirs, out)
-    assert [p.name for p in written] == ["leaderboard.md", "index.html", "al_vs_budget.png", "hit_rate_by_depth.png",
-                                         "al_by_entropy.png", "throughput.png"]
+    assert [p.name for p in written] == ["leaderboard.md", "index.html", "speedup.png", "al_vs_budget.png",
+                                         "hit_rate_by_depth.png", "al_by_entropy.png", "throughput.png"]
     md = (out / "leaderboard.md").read_text()
     tables = _md_tables(md)
 
@@ -164,6 +166,61 @@ def test_index_html_renders_in_headless_chromium(run_dirs, tmp_path):
     assert dom.count("<table>") == md_tables > 5
     assert '<td class="num">1.60×</td>' in dom and '<td class="num">83.3%</td>' in dom
     assert dom.count('<img src="') == 4
+    assert_no_sideways_scroll(out / "index.html", tmp_path=tmp_path)
+
+
+# A copy of the page gets this script (the report itself has none): it opens every <details>, then writes the
+# page's and each table box's scroll and client widths into the DOM, which --dump-dom brings back.
+MEASURE_WIDTHS = """<script>
+document.querySelectorAll("details").forEach(d => { d.open = true; });
+const root = document.documentElement;
+const boxes = [...document.querySelectorAll("table")].map(t => [t.parentElement.scrollWidth,
+  t.parentElement.clientWidth, t.caption ? t.caption.textContent : ""]);
+const out = document.createElement("pre");
+out.id = "widths";
+out.textContent = JSON.stringify({page: [root.scrollWidth, root.clientWidth], boxes: boxes});
+document.body.appendChild(out);
+</script>"""
+
+
+def assert_no_sideways_scroll(page: Path, tmp_path: Path, width: int = 1400) -> None:
+    """At `width` px with every <details> open, neither the page nor any table's box scrolls horizontally."""
+    probe = page.with_name("measure-widths.html")
+    probe.write_text(page.read_text().replace("</body>", MEASURE_WIDTHS + "</body>"))
+    dom = _chromium("--dump-dom", f"--window-size={width},1000", probe.as_uri(), tmp_path=tmp_path).stdout
+    probe.unlink()
+    widths = json.loads(html.unescape(re.search(r'<pre id="widths">(.*?)</pre>', dom, re.S).group(1)))
+    assert widths["page"][0] <= widths["page"][1], f"the page scrolls sideways: {widths['page']}"
+    wide = [box for box in widths["boxes"] if box[0] > box[1]]
+    assert widths["boxes"] and not wide, f"tables wider than their box (scroll, client, caption): {wide}"
+
+
+@pytest.fixture
+def wide_run_dirs(synth):
+    """Runs whose tables carry every column and long cells, as a demo's do: a variant's label, long run ids,
+    step times, failed requests, a long device name and compare id."""
+    rec, step = synth.record, synth.step
+    timed = lambda a: {**step(a, 15), "draft_ms": 12.6, "verify_ms": 123.9}  # noqa: E731
+    common = dict(concurrency=8, compare_id="prompt-enhancement-c8-20261205-163619", dtype="bfloat16",
+                  device="cpu: Intel(R) Xeon(R) Platinum 8480+ (2 cores, AMX)", created="2026-12-05T16:36:27+00:00",
+                  machine_load={"foreign_cpu_share": 0.012, "steal_share": 0.0, "wall_s": 2.0, "cpus": 2})
+    runs = [synth.run("vanilla-L1-C8-prompt-enhancement-interleaved",
+                      [rec(f"q{i}", [{**step(0, 0), "draft_ms": 0.0, "verify_ms": 21.8}] * 9, method="vanilla",
+                           category="image-to-video", latency=12.5) for i in range(3)], **common)]
+    for method, variant in (("eagle4-harness", {"lookup": "off"}), ("eagle4-tree", None)):
+        for budget in (4, 16):
+            records = [rec(f"q{i}", [timed(3)] * 9, method=method, category="image-to-video", latency=10.25)
+                       for i in range(3)]
+            records.append(rec("q9", [timed(1)], method=method, category="image-to-video", status="failed"))
+            runs.append(synth.run(f"{method}-{'-'.join(map(str, (variant or {}).values()))}-L{budget}-C8-interleaved",
+                                  records, method=method, budget=budget, variant=variant, **common))
+    return runs
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (apt-get install -y chromium)")
+def test_no_table_scrolls_sideways_at_1400px(wide_run_dirs, tmp_path):
+    render_report(wide_run_dirs, tmp_path / "wide")
+    assert_no_sideways_scroll(tmp_path / "wide" / "index.html", tmp_path=tmp_path)
 
 
 def test_cli_summarize_table_and_json(run_dirs):
@@ -182,7 +239,7 @@ def test_cli_report_prints_paths(run_dirs, tmp_path):
     assert result.exit_code == 0, result.output
     paths = result.output.split()
     assert paths[:2] == [str(tmp_path / "r" / "leaderboard.md"), str(tmp_path / "r" / "index.html")]
-    assert len(paths) == 6 and all(Path(p).is_file() for p in paths)
+    assert len(paths) == 7 and all(Path(p).is_file() for p in paths)
 
 
 def test_cli_rejects_a_dir_that_is_not_a_run(tmp_path):
@@ -206,6 +263,33 @@ def test_step_time_columns_appear_where_runs_record_them(synth, tmp_path):
     table = _md_tables((tmp_path / "timed" / "leaderboard.md").read_text())[("prompt-enhancement", "C=1")]
     assert (_row(table, "ng")["draft ms"], _row(table, "ng")["verify ms"]) == ("2.0", "55.0")
     assert (_row(table, "van")["draft ms"], _row(table, "van")["verify ms"]) == ("0.0", "50.0")
+
+
+def test_both_pages_open_with_the_headline(run_dirs, tmp_path):
+    """The sentences and the speedup figure come before any table, the figure first among the images, and the
+    long tables (by category, entropy, runs) are collapsed."""
+    out = tmp_path / "report"
+    render_report(run_dirs, out)
+    assert (out / "speedup.png").is_file()
+    said = sentences([summarize_run(d) for d in run_dirs])
+    assert len(said) == 3 and "ngram L = 4 is fastest on prompt-enhancement (1.60× vanilla; no other method ran)" \
+        in said[0] and "ngram L = 4 is fastest on prompt-enhancement (2.00× vanilla; no other method ran)" in said[1]
+
+    md = (out / "leaderboard.md").read_text()
+    first_table = md.index("\n| ")
+    assert re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)[0] == "speedup.png" and md.index("(speedup.png)") < first_table
+    assert all(0 < md.index(f"- {s}\n") < first_table for s in said)
+    before = md[:md.index("#### prompt-enhancement · C=1 · text-to-image")]
+    assert before.rindex("<details>") > before.rindex("</details>")         # inside a collapsed block
+
+    page = (out / "index.html").read_text()
+    first_table = page.index("<table>")
+    assert re.findall(r'<img [^>]*src="([^"]+)"', page)[0] == "speedup.png" and page.index("speedup.png") < first_table
+    assert all(0 < page.index(f"<li>{html.escape(s)}</li>") < first_table for s in said)
+    assert "<details open" not in page
+    # Tables a dataset shows at once: one per C; the others (by category, entropy) and the runs are collapsed.
+    shown = re.sub(r"<details>.*?</details>", "", page, flags=re.S)
+    assert shown.count("<table>") == 3 and "prompt-enhancement · C=1 · text-to-image" not in shown
 
 
 def test_cli_summarize_writes_csv_and_parquet(run_dirs, tmp_path):
