@@ -35,9 +35,9 @@ import time
 from typing import Any
 
 from specbench.errors import SpecbenchError
-from specbench.runners.openai_client import (
-    ServerRequest, ServerRunner, Session, Stream, add_counters, load_tokenizer, sse_events, steps_from_histogram,
-)
+from specbench.runners.server import ServerRequest, ServerRunner, Session, Stream, load_tokenizer, sse_events
+from specbench.runners.server_metrics import add_counters, steps_from_histogram
+from specbench.settings import Settings
 
 ENGINE = "sglang"
 DRAFTER_ALGOS = {"eagle3": "EAGLE3", "eagle4-chain": "EAGLE3", "eagle4-tree": "EAGLE3", "dflash": "DFLASH",
@@ -155,7 +155,8 @@ def sglang_summary(c: dict[str, Any]) -> dict[str, Any]:
 
 
 class SglangRunner(ServerRunner):
-    engine_name = ENGINE
+    engine = ENGINE
+    METHODS = METHODS
     extra = "sglang"
     counters_source = "SGLang meta_info: spec_verify_ct, accepted drafts and spec_accept_histogram summed over requests"
     build_launch_command = staticmethod(launch_command)
@@ -164,7 +165,7 @@ class SglangRunner(ServerRunner):
         super().__init__(target, dtype, endpoint)
         self._tokenizer: Any = None
 
-    def method_config(self, settings: Any) -> dict[str, Any]:
+    def method_config(self, settings: Settings) -> dict[str, Any]:
         opts = self._options(settings)
         return {"name": settings.method, "budget": settings.budget, "engine": ENGINE,
                 "speculative_args": spec_args(settings.method, settings.budget, opts.get("drafter"), opts),
@@ -183,7 +184,7 @@ class SglangRunner(ServerRunner):
             raise SpecbenchError(f"{base} verifies {width} tokens per step (speculative_num_draft_tokens), "
                                  f"but this run has --budget {s.budget}")
 
-    def prepare(self, requests: list[ServerRequest]) -> None:
+    def prepare_requests(self, requests: list[ServerRequest]) -> None:
         if self._tokenizer is None:
             self._tokenizer = load_tokenizer(self.target_spec)
         for r in requests:
@@ -191,7 +192,7 @@ class SglangRunner(ServerRunner):
                 r.prompt_ids = list(self._tokenizer.apply_chat_template(
                     r.messages, add_generation_prompt=True, tokenize=True, return_dict=False))
 
-    def _body(self, req: ServerRequest, settings: Any) -> dict[str, Any]:
+    def _body(self, req: ServerRequest, settings: Settings) -> dict[str, Any]:
         sampling: dict[str, Any] = {"max_new_tokens": settings.max_new_tokens, "temperature": settings.temperature,
                                     "top_p": settings.top_p}
         if settings.top_k:
@@ -224,7 +225,7 @@ class SglangRunner(ServerRunner):
         rec = self.record(req, settings, st, ids)
         return rec
 
-    def record(self, req: ServerRequest, settings: Any, st: Stream, ids: list[int]) -> dict[str, Any]:
+    def record(self, req: ServerRequest, settings: Settings, st: Stream, ids: list[int]) -> dict[str, Any]:
         meta, parsed = st.extra["meta"], st.extra["parsed"]
         finish = meta.get("finish_reason")
         t_first = st.t_first or st.t_end

@@ -22,7 +22,7 @@ here (SGLang runs eagle4-tree).
 With speculation the command adds `--per-request-spec-decode-metrics detailed` (vLLM >= 0.29, docs:
 features/speculative_decoding/acceptance_metrics.md): the final usage chunk of every streamed response then
 carries `metrics.speculative_decoding` with `per_step_accepted` / `per_step_drafted` (drafting steps only,
-in order), which become the record's `steps` (`runners.openai_client.fit_steps` infers the rest). Run-level
+in order), which become the record's `steps` (`runners.server_metrics.fit_steps` infers the rest). Run-level
 counters come from `/metrics` before and after every block (`vllm:spec_decode_num_drafts_total`,
 `..._num_draft_tokens_total`, `..._num_accepted_tokens_total`, `..._num_accepted_tokens_per_pos_total
 {position}`) and land in the manifest's `engine_counters` with AL = 1 + accepted / drafts.
@@ -41,10 +41,11 @@ from pathlib import Path
 from typing import Any
 
 from specbench.errors import SpecbenchError
-from specbench.runners.openai_client import (
-    ServerRequest, ServerRunner, Session, Stream, counter_delta, parse_spec_counters, add_counters, load_tokenizer,
-    sse_events, steps_from_histogram, steps_from_per_step,
+from specbench.runners.server import ServerRequest, ServerRunner, Session, Stream, _need, load_tokenizer, sse_events
+from specbench.runners.server_metrics import (
+    add_counters, counter_delta, parse_spec_counters, steps_from_histogram, steps_from_per_step,
 )
+from specbench.settings import Settings
 
 ENGINE = "vllm"
 DRAFTER_METHODS = {"eagle3": "eagle3", "eagle4-chain": "eagle3", "dflash": "dflash", "dspark": "dspark",
@@ -92,7 +93,7 @@ def launch_command(target: str, method: str, budget: int, *, tp: int = 1, drafte
                    host: str = "127.0.0.1", port: int = 8000, dtype: str = "auto", max_model_len: int | None = None,
                    python: str = "python", extra: list[str] | tuple[str, ...] = (),
                    options: dict[str, Any] | None = None) -> list[str]:
-    """The vLLM server command for one method (argv list; `runners.openai_client.shell_join` prints it)."""
+    """The vLLM server command for one method (argv list; `runners.server.shell_join` prints it)."""
     cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(target), "--host", host,
            "--port", str(port), "--tensor-parallel-size", str(tp), "--dtype", dtype]
     if max_model_len:
@@ -105,7 +106,8 @@ def launch_command(target: str, method: str, budget: int, *, tp: int = 1, drafte
 
 
 class VllmRunner(ServerRunner):
-    engine_name = ENGINE
+    engine = ENGINE
+    METHODS = METHODS
     extra = "vllm"
     counters_source = "vLLM /metrics: vllm:spec_decode_* counter deltas around each block"
     build_launch_command = staticmethod(launch_command)
@@ -113,11 +115,9 @@ class VllmRunner(ServerRunner):
     def __init__(self, target: str, dtype: str = "auto", endpoint: str | None = None):
         super().__init__(target, dtype, endpoint)
         self._tokenizer: Any = None
-        from specbench.runners.openai_client import _need
-
         _need("prometheus_client", self.extra)
 
-    def method_config(self, settings: Any) -> dict[str, Any]:
+    def method_config(self, settings: Settings) -> dict[str, Any]:
         opts = self._options(settings)
         spec = speculative_config(settings.method, settings.budget, opts.get("drafter"), opts)
         return {"name": settings.method, "budget": settings.budget, "engine": ENGINE, "speculative_config": spec,
@@ -162,7 +162,7 @@ class VllmRunner(ServerRunner):
         if delta is not None:
             session.counters = add_counters(session.counters, delta)
 
-    def _body(self, req: ServerRequest, settings: Any) -> dict[str, Any]:
+    def _body(self, req: ServerRequest, settings: Settings) -> dict[str, Any]:
         opts = self._options(settings)
         body: dict[str, Any] = {
             "model": self._model_name or self.target_spec, "messages": req.messages,
@@ -208,7 +208,7 @@ class VllmRunner(ServerRunner):
             self._tokenizer = load_tokenizer(self.target_spec)
         return list(self._tokenizer.encode(text, add_special_tokens=False))
 
-    def record(self, req: ServerRequest, settings: Any, st: Stream) -> dict[str, Any]:
+    def record(self, req: ServerRequest, settings: Settings, st: Stream) -> dict[str, Any]:
         text = "".join(st.text)
         output = st.token_ids if st.token_ids is not None else self._tokens(text)
         metrics = st.extra.get("metrics") or {}

@@ -1,4 +1,8 @@
-"""The `specbench` command: a thin face over the dataset, run, analysis and report modules."""
+"""The `specbench` command: a thin face over the dataset, run, analysis and report modules.
+
+The core commands (data, run, compare, summarize, report) live here; each engine's own commands (calibrate,
+serve, engines preset, ...) come from its runner package (`specbench.runners.COMMANDS`).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,9 @@ import sys
 import typer
 from rich.console import Console
 
-from specbench import (ablate_cli, calibrate_cli, data_cli, datastore_cli, engines_cli, report_cli, run_cli, serve_cli,
-                       train_cli)
+from specbench import data_cli, report_cli, run_cli
 from specbench.errors import SpecbenchError
+from specbench.runners import register_commands
 
 app = typer.Typer(
     help="Benchmark speculative decoding on prompt-enhancement and general prompts.\n\n"
@@ -22,12 +26,7 @@ app = typer.Typer(
 app.add_typer(data_cli.app, name="data")
 run_cli.register(app)
 report_cli.register(app)
-calibrate_cli.register(app)
-ablate_cli.register(app)
-train_cli.register(app)
-datastore_cli.register(app)
-serve_cli.register(app)
-engines_cli.register(app)
+register_commands(app)
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ import re
 import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -23,33 +23,16 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from specbench.analysis.metrics import method_label
-from specbench.dataset import Row, load_rows
 from specbench.errors import SpecbenchError
 from specbench.machine_load import LoadMeter, warning
 from specbench.records import MANIFEST_FILE, RecordWriter, iter_finished_ids, read_manifest
-from specbench.runners.reference import ReferenceRunner, Settings
+from specbench.runners import runner_class
+from specbench.runners.base import Prepared, Runner
+from specbench.settings import Job, MethodSpec, Settings
 
 # Settings that must match for `--resume` to append to an existing run.
 RESUME_KEYS = ("method", "budget", "concurrency", "max_new_tokens", "temperature", "top_p", "top_k", "seed",
                "options", "dataset", "categories", "target", "dtype", "engine", "prefix_cache")
-
-
-@dataclass
-class Job:
-    """What to run: the rows and the engine; one Job may drive several methods (compare)."""
-
-    dataset: str = "prompt-enhancement"
-    categories: list[str] = field(default_factory=list)
-    limit: int | None = None
-    target: str = "smollm2-135m"
-    dtype: str = "auto"
-    threads: int | None = None
-    engine: str = "reference"                # reference | vllm | sglang (server engines: runners.openai_client)
-    endpoint: str | None = None              # a running server's URL (else the server runner launches one)
-    prefix_cache: bool = True                # reference engine: reuse the KV of a prompt prefix seen recently
-
-    def rows(self, seed: int) -> list[Row]:
-        return load_rows(self.dataset, self.categories or None, self.limit, seed)
 
 
 def versions() -> dict[str, str]:
@@ -62,38 +45,12 @@ def versions() -> dict[str, str]:
     return out
 
 
-def make_runner(job: Job) -> Any:
-    """The in-process reference engine, or a vLLM / SGLang server runner with the same interface."""
-    if job.engine == "reference":
-        if job.endpoint:
-            raise SpecbenchError("--endpoint is for server engines: add --engine vllm or --engine sglang")
-        return ReferenceRunner(job.target, job.dtype, job.threads, prefix_cache=8 if job.prefix_cache else 0)
-    if job.threads:
-        raise SpecbenchError("--threads is for the reference engine; a server engine's threads are its own "
-                             "(pass them with --option server_args=...)")
-    if not job.prefix_cache:
-        raise SpecbenchError("--no-prefix-cache is for the reference engine; vLLM and SGLang servers cache "
-                             "prefixes by default (launch them with --no-enable-prefix-caching or "
-                             "--disable-radix-cache and pass --endpoint)")
-    from specbench.runners.openai_client import server_runner
-
-    return server_runner(job)
-
-
-def _engine_hook(runner: Any, name: str, *args: Any) -> None:
-    """Server runners bind run dirs (`start`) and write run-level engine counters (`finish`); the reference
-    runner has neither hook."""
-    hook = getattr(runner, name, None)
-    if hook is not None:
-        hook(*args)
-
-
 def new_run_id(settings: Settings) -> str:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return f"{stamp}-{settings.method}-L{settings.budget}-C{settings.concurrency}"
 
 
-def manifest(run_id: str, job: Job, settings: Settings, runner: ReferenceRunner, proposer_config: dict[str, Any],
+def manifest(run_id: str, job: Job, settings: Settings, runner: Runner, method_config: dict[str, Any],
              n_requests: int, compare_id: str | None) -> dict[str, Any]:
     return {
         "run_id": run_id,
@@ -106,7 +63,7 @@ def manifest(run_id: str, job: Job, settings: Settings, runner: ReferenceRunner,
         "n_requests": n_requests,
         **asdict(settings),
         **runner.describe(),
-        "method_config": proposer_config,
+        "method_config": method_config,
         "versions": versions(),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count() or 1},
     }
@@ -158,20 +115,21 @@ def progress_bar() -> Progress:
 
 @dataclass
 class Variant:
-    """One (method, budget, concurrency) of a run or comparison, with its run directory."""
+    """One (method, budget, concurrency) of a run or comparison: its engine-side form and run directory."""
 
     settings: Settings
     dir: RunDir
-    engine: Any
+    prepared: Prepared
     tokens: int = 0
     busy_s: float = 0.0
-    load: LoadMeter | None = None            # CPU other processes took while it ran (in-process engine only)
+    load: LoadMeter | None = None            # CPU other processes took while it ran (in-process engines only)
 
 
-def execute(runner: ReferenceRunner, job: Job, variants_settings: list[Settings], out_dirs: list[Path],
+def execute(runner: Runner, job: Job, variants_settings: list[Settings], out_dirs: list[Path],
             resume: bool, compare_id: str | None, chunk: int | None) -> list[Path]:
-    """Run every variant on the same rows, interleaving them chunk by chunk (rotating their order); chunk None:
-    each variant takes every row in one block."""
+    """Run every variant on the same rows, interleaving them chunk by chunk (rotating their order); chunk None
+    (or a server engine): each variant takes every row in one block, so C requests stay in flight until the
+    queue runs dry."""
     seed = variants_settings[0].seed
     rows = job.rows(seed)
     if not rows:
@@ -181,15 +139,13 @@ def execute(runner: ReferenceRunner, job: Job, variants_settings: list[Settings]
     ids = [r.id for r in requests]
     variants = []
     for settings, path in zip(variants_settings, out_dirs):
-        engine = runner.engine(settings, runner.max_len(requests, settings))
-        meta = manifest(path.name, job, settings, runner, engine.proposer.config(), len(ids), compare_id)
+        prepared = runner.prepare(settings, requests, path)
+        meta = manifest(path.name, job, settings, runner, prepared.method_config, len(ids), compare_id)
         run_dir = RunDir(path, meta, resume, ids)
-        # a server engine's own work is another process's CPU by construction: nothing to tell apart there
-        load = LoadMeter.resumed(run_dir.meta.get("machine_load")) if job.engine == "reference" else None
-        variants.append(Variant(settings, run_dir, engine, load=load))
-        _engine_hook(runner, "start", engine, path)
-    if chunk is None or getattr(runner, "sequential_variants", False):
-        chunk = len(ids)                     # server engines: C requests in flight throughout, one server at a time
+        load = LoadMeter.resumed(run_dir.meta.get("machine_load")) if runner.in_process else None
+        variants.append(Variant(settings, run_dir, prepared, load=load))
+    if chunk is None or not runner.in_process:
+        chunk = len(ids)
     total = sum(len(v.dir.todo) for v in variants)
     try:
         with progress_bar() as bar:
@@ -209,7 +165,7 @@ def execute(runner: ReferenceRunner, job: Job, variants_settings: list[Settings]
     finally:
         for v in variants:
             v.dir.writer.close()
-            _engine_hook(runner, "finish", v.engine, v.dir.path)
+            runner.close(v.prepared, v.dir.path)
             _save_load(v)
     return [v.dir.path for v in variants]
 
@@ -234,7 +190,7 @@ def _label(variants: list[Variant]) -> str:
     return _variant_label(variants[0].settings) if len(variants) == 1 else f"{len(variants)} variants"
 
 
-def _run_block(runner: ReferenceRunner, v: Variant, todo: list, bar: Progress, task: Any) -> None:
+def _run_block(runner: Runner, v: Variant, todo: list, bar: Progress, task: Any) -> None:
     t0 = time.time()
 
     def on_record(rec: dict[str, Any]) -> None:
@@ -247,7 +203,7 @@ def _run_block(runner: ReferenceRunner, v: Variant, todo: list, bar: Progress, t
     if v.load is not None:
         v.load.start()
     try:
-        runner.run(v.engine, todo, v.settings, on_record)
+        runner.run(v.prepared, todo, on_record)
     finally:
         if v.load is not None:
             v.load.stop()
@@ -258,47 +214,9 @@ def run_one(job: Job, settings: Settings, out: Path | None, resume: bool) -> Pat
     if resume and out is None:
         raise SpecbenchError("--resume needs --out RUN_DIR (the run to continue)")
     path = out or Path("runs") / new_run_id(settings)
-    check_options(job, [(settings.method, {})], settings.options)
-    runner = make_runner(job)
-    # one block: C requests stay in flight until the queue runs dry. Blocks of C, each drained to empty before
-    # the next began, kept 5.5-5.7 requests in flight on average at C = 8 over 32 prompts; one block keeps 7.2-7.4.
-    return execute(runner, job, [settings], [path], resume, None, chunk=None)[0]
-
-
-def check_options(job: Job, methods: list[tuple[str, dict[str, Any]]], shared: dict[str, Any]) -> None:
-    """Every option must be one the engine reads: the methods' own on the reference engine, the server
-    runners' on vLLM and SGLang."""
-    if job.engine == "reference":
-        check_method_options(methods, shared)
-        return
-    from specbench.runners.openai_client import SERVER_OPTIONS
-
-    named = [(f"--option {k}", k) for k in shared] + [(f"--methods {m}:{k}=...", k) for m, own in methods for k in own]
-    for flag, key in named:
-        if key not in SERVER_OPTIONS:
-            raise SpecbenchError(f"{flag}: the {job.engine} runner takes no option {key!r} "
-                                 f"(it takes {', '.join(SERVER_OPTIONS)})")
-
-
-def check_method_options(methods: list[tuple[str, dict[str, Any]]], shared: dict[str, Any]) -> None:
-    """A method's own option must be one it takes, and a shared --option one that some method takes:
-    a misspelt option is an error, never a run that silently ignored it."""
-    from reference_eagle4.proposers import PROPOSERS
-    from reference_eagle4.proposers.base import option_names
-
-    known = {}
-    for name, own in methods:
-        if name not in PROPOSERS:
-            return                                   # the engine names the unknown method
-        known[name] = option_names(PROPOSERS[name])
-        for key in own:
-            if key not in known[name]:
-                raise SpecbenchError(f"--methods {name}:{key}=...: {name} has no option {key!r} "
-                                     f"(it takes {', '.join(sorted(known[name])) or 'none'})")
-    for key in shared:
-        if not any(key in k for k in known.values()):
-            takes = "; ".join(f"{m} takes {', '.join(sorted(k)) or 'none'}" for m, k in known.items() if m != "vanilla")
-            raise SpecbenchError(f"--option {key}: no method here takes it ({takes})")
+    cls = runner_class(job.engine)
+    cls.check_options([(settings.method, {})], settings.options)
+    return execute(cls.from_job(job), job, [settings], [path], resume, None, chunk=None)[0]
 
 
 def _dir_label(settings: Settings) -> str:
@@ -306,7 +224,7 @@ def _dir_label(settings: Settings) -> str:
     return re.sub(r"[^\w.=+-]", "_", method_label(asdict(settings)))
 
 
-def run_compare(job: Job, base: Settings, methods: list[tuple[str, dict[str, Any]]], budgets: list[int],
+def run_compare(job: Job, base: Settings, methods: list[MethodSpec], budgets: list[int],
                 concurrencies: list[int], out: Path | None, resume: bool, chunk: int | None) -> list[Path]:
     """All methods x budgets (vanilla once) at each concurrency, interleaved on the same requests.
 
@@ -317,11 +235,12 @@ def run_compare(job: Job, base: Settings, methods: list[tuple[str, dict[str, Any
     if resume and not root.exists():
         raise SpecbenchError(f"--resume: {root} does not exist")
     compare_id = root.name
-    check_options(job, methods, base.options)
-    if chunk and job.engine != "reference":
-        raise SpecbenchError("--chunk is for the reference engine: a server engine keeps C requests in flight "
+    cls = runner_class(job.engine)
+    cls.check_options(methods, base.options)
+    if chunk and not cls.in_process:
+        raise SpecbenchError(f"--chunk is for the reference engine: {job.engine} keeps C requests in flight "
                              "throughout, one server at a time")
-    runner = make_runner(job)
+    runner = cls.from_job(job)
     paths = []
     for c in concurrencies:
         variants = []

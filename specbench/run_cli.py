@@ -15,8 +15,9 @@ console = Console()
 
 DATASET_HELP = "Bundled name (prompt-enhancement, fireworks), a .jsonl/.parquet file, or hf:<repo_id>[:<split>]."
 OPTION_HELP = "Method option KEY=VALUE (repeatable), e.g. --option matches=3 for an n-gram tree."
-ENGINE_HELP = ("reference (in-process), vllm or sglang (a server: --endpoint URL, or launched for the run; "
-               "server options such as --option drafter=PATH --option tp=4: see specbench.runners.openai_client).")
+ENGINE_HELP = ("reference (the bundled engine, in this process), vllm or sglang (a server: --endpoint URL, or "
+               "launched for the run; server options such as --option drafter=PATH --option tp=4: "
+               "see `specbench engines --help`).")
 PREFIX_HELP = ("Reference engine: reuse the KV of the longest prefix a prompt shares with one of the last 8 "
                "(the system prompt), as vLLM and SGLang do; --no-prefix-cache prefills every prompt whole.")
 ENDPOINT_HELP = "URL of a running vLLM / SGLang / `specbench serve` server (with --engine vllm or sglang)."
@@ -99,8 +100,8 @@ def register(app: typer.Typer) -> None:
 
         Example: specbench run --method ngram --budget 8 --dataset fireworks --category code --limit 10
         """
-        from specbench.run import Job, run_one
-        from specbench.runners.reference import Settings
+        from specbench.run import run_one
+        from specbench.settings import Job, Settings
 
         job = Job(dataset, list(category), limit, target, dtype, threads, engine, endpoint, prefix_cache)
         settings = Settings(method, budget, concurrency, max_new_tokens, temperature, top_p, top_k, seed,
@@ -141,8 +142,8 @@ def register(app: typer.Typer) -> None:
 
         Example: specbench compare --methods ngram,eagle4-tree --budget 8,16 --concurrency 1,8 --limit 20
         """
-        from specbench.run import Job, run_compare
-        from specbench.runners.reference import Settings
+        from specbench.run import run_compare
+        from specbench.settings import Job, Settings
 
         job = Job(dataset, list(category), limit, target, dtype, threads, engine, prefix_cache=prefix_cache)
         base = Settings("vanilla", 1, 1, max_new_tokens, temperature, top_p, top_k, seed, parse_options(option))
@@ -153,35 +154,6 @@ def register(app: typer.Typer) -> None:
         _print_match_rates(paths)
         _print_failures(paths)
         console.print(f"runs: {root}")
-
-    @app.command("peers")
-    def peers(
-        dataset: str = typer.Option("prompt-enhancement", help=DATASET_HELP),
-        limit: int = typer.Option(8, min=1, help="Prompts (alternating engines on each)."),
-        max_new_tokens: int = typer.Option(128, min=1, help="Output tokens per prompt at most."),
-        target: str = typer.Option("smollm2-135m", help="Known target name, a .gguf file, or a HF folder."),
-        dtype: str = typer.Option("auto", help="auto, float32 or bfloat16 (both engines use it)."),
-        threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: all)."),
-    ) -> None:
-        """Vanilla decoding on the reference engine vs transformers.generate, same prompts, same process."""
-        from specbench.peers import bench_transformers
-        from specbench.run import Job
-
-        ours, theirs, same = bench_transformers(Job(dataset, [], limit, target, dtype, threads), max_new_tokens)
-        for r in (ours, theirs):
-            console.print(f"{r.engine:>12}: {r.tok_s:6.1f} tok/s  ({r.tokens} tokens in {r.seconds:.1f} s)")
-        console.print(f"reference / transformers = {ours.tok_s / theirs.tok_s:.2f}x; "
-                      f"identical tokens on {same:.0%} of prompts")
-
-    @app.command("methods")
-    def list_methods() -> None:
-        """List the methods the reference engine runs, one line each."""
-        from reference_eagle4.proposers import PROPOSERS
-        from specbench.runners.reference import methods as names
-
-        width = max(map(len, names()))
-        for name in names():
-            console.print(f"{name:<{width}}  {PROPOSERS[name].summary}", highlight=False, soft_wrap=True)
 
 
 def _print_failures(paths: list[Path]) -> None:

@@ -54,6 +54,22 @@ def write_run(root: Path, run_id: str, records: list[dict[str, Any]], **manifest
 
 
 @pytest.fixture
+def env_without(tmp_path: Path):
+    """env_without("torch", ...) -> environment variables for a subprocess in which importing each named
+    package fails, as on a machine that lacks it."""
+    import os
+
+    def env(*names: str) -> dict[str, str]:
+        folder = tmp_path / "blocked-packages"
+        for name in names:
+            (folder / name).mkdir(parents=True, exist_ok=True)
+            (folder / name / "__init__.py").write_text(f"raise ImportError('{name} is blocked here')\n")
+        return {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")])}
+
+    return env
+
+
+@pytest.fixture
 def synth(tmp_path: Path) -> SimpleNamespace:
     """`synth.step`, `synth.record` and `synth.run(run_id, records, **manifest)` writing under tmp_path/runs."""
     return SimpleNamespace(

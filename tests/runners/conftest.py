@@ -7,7 +7,7 @@ import pytest
 
 @pytest.fixture(scope="module")
 def served(tiny_target):
-    from specbench.serve import ServeConfig, SpecbenchServer
+    from specbench.runners.reference.serve import ServeConfig, SpecbenchServer
 
     server = SpecbenchServer(ServeConfig(target=str(tiny_target), method="ngram", budget=4, concurrency=8,
                                          max_model_len=1024, dtype="float32", port=0)).start()

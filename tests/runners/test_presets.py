@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from specbench.cli import app
-from specbench.engines_cli import preset_commands
+from specbench.runners.presets import preset_commands
 from specbench.errors import SpecbenchError
 
 cli = CliRunner()

@@ -161,7 +161,7 @@ def test_a_sampled_run_sends_its_seed(tiny_target, temperature, seeded):
     """--seed must reach the server when the run samples, as it does for vLLM (greedy needs none)."""
     from types import SimpleNamespace
 
-    from specbench.runners.reference import Settings
+    from specbench.settings import Settings
     from specbench.runners.sglang import SglangRunner
 
     runner = SglangRunner(str(tiny_target), "float32", "http://127.0.0.1:1")

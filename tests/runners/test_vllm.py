@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 from specbench.analysis.metrics import hit_rates, summarize_records
 from specbench.cli import app
 from specbench.records import read_manifest, read_records
-from specbench.runners.openai_client import (
-    counter_delta, counters_summary, fit_steps, free_port, parse_spec_counters, steps_from_histogram,
-    steps_from_per_step,
+from specbench.runners.server import free_port
+from specbench.runners.server_metrics import (
+    counter_delta, counters_summary, fit_steps, parse_spec_counters, steps_from_histogram, steps_from_per_step,
 )
 
 cli = CliRunner()
@@ -118,6 +118,20 @@ def test_endpoint_needs_a_server_engine_and_refuses_a_mismatched_server(tiny_tar
         cli.invoke(app, args, catch_exceptions=False)
 
 
+def test_a_vllm_run_needs_neither_torch_nor_the_reference_engine(tiny_target, served, tmp_path, env_without):
+    """What a GPU user's `--engine vllm` run imports: no torch, no reference engine (the server returns token ids)."""
+    import subprocess
+
+    out = tmp_path / "vllm"
+    argv = run_args(tiny_target, out, "--engine", "vllm", "--endpoint", served.url)
+    argv[argv.index("--limit") + 1] = "2"
+    res = subprocess.run([sys.executable, "-m", "specbench.cli", *argv], capture_output=True, text=True,
+                         env=env_without("torch", "reference_eagle4"))
+    assert res.returncode == 0, res.stdout + res.stderr
+    records = read_records(out)
+    assert len(records) == 2 and all(r["status"] == "ok" and r["output_token_ids"] for r in records)
+
+
 METRICS = """\
 # HELP vllm:spec_decode_num_drafts Number of spec decoding drafts.
 # TYPE vllm:spec_decode_num_drafts counter
@@ -166,8 +180,8 @@ def test_steps_from_what_vllm_reports_add_up_to_the_output():
 
 def test_records_from_a_recorded_vllm_final_chunk(tiny_target):
     """A real vLLM gives no per-step records of its own: the runner rebuilds them from `per_step_*`."""
-    from specbench.runners.openai_client import ServerRequest, Stream
-    from specbench.runners.reference import Settings
+    from specbench.runners.server import ServerRequest, Stream
+    from specbench.settings import Settings
     from specbench.runners.vllm import VllmRunner
 
     final = json.loads((__import__("pathlib").Path(__file__).parent / "fixtures" / "vllm_final_chunk.json").read_text())

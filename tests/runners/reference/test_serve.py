@@ -12,7 +12,7 @@ import pytest
 from reference_eagle4.engine import PENDING, Engine, GenerationConfig, Request
 from reference_eagle4.model import load_transformer
 from reference_eagle4.proposers import PROPOSERS
-from specbench.runners.openai_client import parse_spec_counters
+from specbench.runners.server_metrics import parse_spec_counters
 
 STEP_TIMES = ("draft_ms", "verify_ms")
 MESSAGES = [{"role": "system", "content": "write a prompt"}, {"role": "user", "content": "a red fox jumps"}]
@@ -51,7 +51,7 @@ def test_engine_accepts_requests_that_arrive_while_it_runs(tiny_target):
 
 @pytest.fixture(scope="module")
 def server(tiny_target):
-    from specbench.serve import ServeConfig, SpecbenchServer
+    from specbench.runners.reference.serve import ServeConfig, SpecbenchServer
 
     srv = SpecbenchServer(ServeConfig(target=str(tiny_target), method="ngram", budget=4, concurrency=4,
                                       max_model_len=256, dtype="float32", port=0, model_name="tiny")).start()
@@ -62,13 +62,14 @@ def server(tiny_target):
 @pytest.fixture(scope="module")
 def reference_output(tiny_target):
     """What the in-process engine outputs for MESSAGES (24 tokens)."""
-    from specbench.runners.reference import ReferenceRunner, Settings
+    from specbench.runners.reference.runner import ReferenceRunner
+    from specbench.settings import Settings
 
     runner = ReferenceRunner(str(tiny_target), "float32")
     ids = runner.tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=True, return_dict=False)
     req = Request("x", list(ids))
     out = {}
-    runner.engine(Settings("ngram", 4, max_new_tokens=24), 256).generate([req], lambda s: out.update(seq=s))
+    runner.make_engine(Settings("ngram", 4, max_new_tokens=24), 256).generate([req], lambda s: out.update(seq=s))
     return list(ids), out["seq"]
 
 
@@ -190,7 +191,7 @@ def test_requests_it_cannot_honour_are_refused(server, body, status, match):
 
 
 def test_vanilla_server_exposes_no_spec_counters(tiny_target):
-    from specbench.serve import ServeConfig, SpecbenchServer
+    from specbench.runners.reference.serve import ServeConfig, SpecbenchServer
 
     with SpecbenchServer(ServeConfig(target=str(tiny_target), method="vanilla", budget=1, concurrency=1,
                                      max_model_len=128, dtype="float32", port=0)) as srv:

@@ -132,7 +132,8 @@ class EngineService:
     """The reference engine running forever in one thread, fed from a queue of requests."""
 
     def __init__(self, cfg: ServeConfig):
-        from specbench.runners.reference import ReferenceRunner, Settings
+        from specbench.runners.reference.runner import ReferenceRunner
+        from specbench.settings import Settings
 
         self.cfg = cfg
         self.runner = ReferenceRunner(cfg.target, cfg.dtype, cfg.threads)
@@ -142,7 +143,7 @@ class EngineService:
         self.max_model_len = min(cfg.max_model_len, limit - headroom)
         settings = Settings(cfg.method, cfg.budget, cfg.concurrency, self.max_model_len, cfg.temperature,
                             cfg.top_p, cfg.top_k, cfg.seed, dict(cfg.options))
-        self.engine = self.runner.engine(settings, self.max_model_len + headroom)
+        self.engine = self.runner.make_engine(settings, self.max_model_len + headroom)
         self.method_config = self.engine.proposer.config()
         self.model_name = cfg.model_name or cfg.target
         self.speculative = cfg.method != "vanilla"

@@ -1,4 +1,4 @@
-"""`specbench serve`: the CLI face of specbench.serve (the reference engine behind an OpenAI-compatible API)."""
+"""`specbench serve`: the CLI face of `serve.py` (the reference engine behind an OpenAI-compatible API)."""
 
 from __future__ import annotations
 
@@ -40,14 +40,14 @@ def register(app: typer.Typer) -> None:
         """
         import logging
 
-        from specbench.run import check_method_options
         from specbench.run_cli import parse_options
-        from specbench.serve import ServeConfig, SpecbenchServer
+        from specbench.runners.reference.runner import ReferenceRunner
+        from specbench.runners.reference.serve import ServeConfig, SpecbenchServer
 
         logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                             format="%(asctime)s %(name)s %(levelname)s %(message)s")
         options = parse_options(option)
-        check_method_options([(method, {})], options)
+        ReferenceRunner.check_options([(method, {})], options)
         cfg = ServeConfig(target, method, budget, concurrency, max_model_len, dtype, threads, temperature, top_p,
                           top_k, seed, options, model_name, host, port)
         try:

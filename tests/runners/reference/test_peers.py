@@ -1,7 +1,7 @@
 """`specbench peers`: the reference engine and transformers decode the same tokens, timed side by side."""
 
-from specbench.peers import bench_transformers
-from specbench.run import Job
+from specbench.runners.reference.peers import bench_transformers
+from specbench.settings import Job
 
 
 def test_reference_and_transformers_agree_in_fp32(tiny_target):

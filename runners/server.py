@@ -1,27 +1,26 @@
-"""Shared machinery of the server-engine adapters (vLLM, SGLang): launch or attach, stream, scrape, record.
+"""What the vLLM and SGLang runners share: launch or attach a server, stream requests, record, count.
 
 A server runner drives an engine behind HTTP with the same dataset rows and writes the same records as the
-reference runner (`specbench.records`), so one analysis compares engines. It plugs into `specbench.run`
-through the same duck-typed interface as `runners.reference.ReferenceRunner`
-(requests / max_len / engine / describe / run) plus two optional hooks that `run.execute` calls when
-present: `start(session, run_dir)` (before the first block: where the server log goes) and
-`finish(session, run_dir)` (after the last: run-level engine counters into the manifest).
+reference runner (`specbench.records`), so one analysis compares engines. It implements the `Runner`
+protocol (`runners/base.py`); the engine-specific subclass supplies the launch command, the request and
+response format and the counters.
 
 - Launch or attach. With `--endpoint URL` the runner talks to a running server. Without it, it builds the
   engine's launch command for the method (`runners.vllm.launch_command`, `runners.sglang.launch_command`),
   starts it as a subprocess whose output goes to `RUN_DIR/server.log`, waits for `GET /health`, and stops
-  it at the end (or when the next variant of a `compare` needs a different server). Variants run one after
-  another, each as a single block of all its requests (`sequential_variants`), so C requests stay in flight
-  continuously and one machine holds one server at a time.
+  it when the variant closes. Variants run one after another (`in_process` is False), each as a single
+  block of all its requests, so C requests stay in flight continuously and one machine holds one server at
+  a time.
 - Streaming. Requests go out at concurrency C from one asyncio loop (httpx), each timed on the client:
   t_start when sent, TTFT at the first chunk carrying output, latency at the last such chunk.
 - Failures. A request that fails (refused connection, dropped stream, HTTP error, timeout) becomes a record
   with status "failed" and the error; the run goes on, and `--resume` retries exactly those. A server that
   answered before and is gone at the start of a block fails the block's requests at once.
 - Counters. The engine-specific subclass reads run-level counters (vLLM: `/metrics` deltas around the
-  block; SGLang: sums of per-request `meta_info`) and per-request step data where the server returns it.
-  Counters are server totals over the block: another client of the same server would be counted too, and a
-  request that failed half-way has its steps counted although its record is retried.
+  block; SGLang: sums of per-request `meta_info`) and per-request step data where the server returns it
+  (`runners/server_metrics.py`). Counters are server totals over the block: another client of the same
+  server would be counted too, and a request that failed half-way has its steps counted although its
+  record is retried.
 
 Engine-specific options ride on `--option KEY=VALUE` (recorded in the manifest with the settings):
 `drafter=PATH` (draft checkpoint), `tp=N` (tensor parallel size), `port=N`, `max_model_len=N`,
@@ -50,22 +49,14 @@ from typing import Any, AsyncIterator, Callable, Iterable
 from specbench.dataset import Row, chat_messages
 from specbench.errors import SpecbenchError
 from specbench.records import read_manifest
+from specbench.runners.base import OnRecord, Record
+from specbench.runners.server_metrics import add_counters, counters_summary
+from specbench.settings import Job, MethodSpec, Settings
 
 # Every --option the server runners read: their own, then the method options they map to server flags.
-# Anything else is an error (specbench.run.check_options), never an option a server silently ignored.
+# Anything else is an error (`ServerRunner.check_options`), never an option a server silently ignored.
 SERVER_OPTIONS = ("drafter", "tp", "port", "max_model_len", "server_args", "server_python", "startup_timeout",
                   "request_timeout", "host", "request_extra", "max_n", "min_n", "matches", "top_k", "depth")
-
-# vLLM's speculative-decoding counters (vllm/v1/spec_decode/metrics.py, SpecDecodingStats.observe_draft):
-# per step of a request that drafted k > 0 tokens of which a were accepted: num_drafts += 1,
-# num_draft_tokens += k, num_accepted_tokens += a (bonus token excluded), per_pos[i] += 1 for i < a.
-# Exposed on /metrics as counters `<name>_total`; per_pos carries a `position` label (0-based).
-VLLM_COUNTERS = {
-    "vllm:spec_decode_num_drafts": "num_drafts",
-    "vllm:spec_decode_num_draft_tokens": "num_draft_tokens",
-    "vllm:spec_decode_num_accepted_tokens": "num_accepted_tokens",
-}
-VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 
 
 def _need(module: str, extra: str) -> Any:
@@ -80,125 +71,6 @@ def _need(module: str, extra: str) -> Any:
 
 class EngineHTTPError(Exception):
     """The server answered with an HTTP error or an error event."""
-
-
-# -- /metrics --------------------------------------------------------------------------------------------
-
-def parse_spec_counters(text: str) -> dict[str, Any] | None:
-    """vLLM's spec-decode counters from a Prometheus text exposition, summed over label sets (engines).
-
-    Parsed with prometheus_client's text parser. Returns None when the server exposes none of them (no
-    speculative decoding configured), else {"num_drafts", "num_draft_tokens", "num_accepted_tokens",
-    "num_accepted_tokens_per_pos": [per position 0..]}.
-    """
-    from prometheus_client.parser import text_string_to_metric_families
-
-    out: dict[str, Any] = {v: 0.0 for v in VLLM_COUNTERS.values()}
-    per_pos: dict[int, float] = {}
-    found = False
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            name = sample.name
-            if name.endswith("_created"):
-                continue
-            base = name[: -len("_total")] if name.endswith("_total") else name
-            if base in VLLM_COUNTERS:
-                out[VLLM_COUNTERS[base]] += sample.value
-                found = True
-            elif base == VLLM_PER_POS:
-                pos = int(sample.labels.get("position", 0))
-                per_pos[pos] = per_pos.get(pos, 0.0) + sample.value
-                found = True
-    if not found:
-        return None
-    n = max(per_pos) + 1 if per_pos else 0
-    out["num_accepted_tokens_per_pos"] = [per_pos.get(i, 0.0) for i in range(n)]
-    return out
-
-
-def counter_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any] | None:
-    if after is None:
-        return None
-    before = before or {}
-    out = {k: after[k] - before.get(k, 0.0) for k in VLLM_COUNTERS.values()}
-    a, b = after["num_accepted_tokens_per_pos"], before.get("num_accepted_tokens_per_pos", [])
-    out["num_accepted_tokens_per_pos"] = [a[i] - (b[i] if i < len(b) else 0.0) for i in range(len(a))]
-    return out
-
-
-def add_counters(total: dict[str, Any] | None, delta: dict[str, Any]) -> dict[str, Any]:
-    if total is None:
-        return {k: (list(v) if isinstance(v, list) else v) for k, v in delta.items()}
-    out = dict(total)
-    for k, v in delta.items():
-        if isinstance(v, list):
-            old = list(out.get(k, []))
-            old += [0.0] * (len(v) - len(old))
-            out[k] = [x + (v[i] if i < len(v) else 0.0) for i, x in enumerate(old)]
-        else:
-            out[k] = out.get(k, 0.0) + v
-    return out
-
-
-def counters_summary(c: dict[str, Any]) -> dict[str, Any]:
-    """AL and per-position acceptance from vLLM-style counters (the definitions of specbench.analysis.metrics).
-
-    AL = 1 + accepted / drafts (steps that drafted nothing are not counted, as in vLLM);
-    unconditional[i] = steps whose accepted path reached depth i+1 / drafts; conditional[i] = that over the
-    count at depth i (depth 0 = every drafting step).
-    """
-    drafts = c.get("num_drafts") or 0
-    per_pos = c.get("num_accepted_tokens_per_pos") or []
-    if not drafts:
-        return {"al": None, "acceptance_rate": None, "hit_rate_unconditional": [], "hit_rate_conditional": []}
-    prev = [drafts, *per_pos[:-1]]
-    return {
-        "al": 1.0 + c["num_accepted_tokens"] / drafts,
-        "acceptance_rate": c["num_accepted_tokens"] / c["num_draft_tokens"] if c.get("num_draft_tokens") else None,
-        "hit_rate_unconditional": [p / drafts for p in per_pos],
-        "hit_rate_conditional": [p / q if q else None for p, q in zip(per_pos, prev)],
-    }
-
-
-# -- steps from what a server reports ------------------------------------------------------------------
-
-def _step(accepted: int, drafted: int, depth: int | None = None) -> dict[str, int]:
-    return {"emitted": accepted + 1, "accepted": accepted, "drafted": drafted, "budget": drafted + 1,
-            "depth": drafted if depth is None else depth}
-
-
-def fit_steps(steps: list[dict[str, Any]], n_output: int) -> list[dict[str, Any]]:
-    """Make reconstructed steps add up to the output: sum(emitted) = n_output - 1 (the prefill token).
-
-    Servers report accepted drafts per drafting step; they do not say what EOS / max_tokens cut from the
-    last step, nor how many steps drafted nothing (vLLM omits those). A surplus is cut from the last step;
-    a shortfall becomes steps that drafted nothing and emitted one token each. Both are inferences: the
-    step count can be off by the size of the final cut when both happen in one request.
-    """
-    total = max(n_output - 1, 0)
-    emitted = sum(s["emitted"] for s in steps)
-    if emitted > total and steps:
-        cut = emitted - total
-        for s in reversed(steps):
-            take = min(cut, s["emitted"] - 1)
-            s["emitted"] -= take
-            cut -= take
-            if not cut:
-                break
-    elif emitted < total:
-        steps = steps + [_step(0, 0, 0) for _ in range(total - emitted)]
-    return steps
-
-
-def steps_from_per_step(accepted: list[int], drafted: list[int], n_output: int) -> list[dict[str, Any]]:
-    return fit_steps([_step(int(a), int(d)) for a, d in zip(accepted, drafted)], n_output)
-
-
-def steps_from_histogram(hist: list[int], drafted: int, n_output: int, depth: int | None = None,
-                         ) -> list[dict[str, Any]]:
-    """Steps from an acceptance histogram (index j: steps that accepted j drafts); their order is lost."""
-    steps = [_step(j, drafted, depth) for j, n in enumerate(hist) for _ in range(int(n))]
-    return fit_steps(steps, n_output)
 
 
 # -- requests and records --------------------------------------------------------------------------------
@@ -234,7 +106,7 @@ class Stream:
         self.t_last = t
 
 
-def failed_record(req: ServerRequest, settings: Any, error: str, t_start: float, t_end: float | None = None,
+def failed_record(req: ServerRequest, settings: Settings, error: str, t_start: float, t_end: float | None = None,
                   ) -> dict[str, Any]:
     t_end = t_end or time.time()
     return {
@@ -271,33 +143,19 @@ def describe_error(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}" if not isinstance(err, EngineHTTPError) else text
 
 
-# -- sessions ----------------------------------------------------------------------------------------------
-
-class MethodConfig:
-    """What `run.manifest` records as `method_config` (the engine-side speculative configuration)."""
-
-    def __init__(self, config: dict[str, Any]):
-        self._config = config
-
-    def config(self) -> dict[str, Any]:
-        return dict(self._config)
-
+# -- one variant on a server ----------------------------------------------------------------------------------------------
 
 @dataclass
 class Session:
     """One (method, budget, concurrency) on a server: its launch command, counters, run directory."""
 
-    settings: Any
+    settings: Settings
     command: list[str] | None              # launch command (None when attached to --endpoint)
     method_config: dict[str, Any]
     run_dir: Path | None = None
     counters: dict[str, Any] | None = None
     counters_incomplete: bool = False
     blocks: int = 0
-
-    @property
-    def proposer(self) -> MethodConfig:         # run.execute reads engine.proposer.config()
-        return MethodConfig(self.method_config)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -324,9 +182,11 @@ def shell_join(argv: Iterable[str]) -> str:
 class ServerRunner:
     """Base of the vLLM and SGLang runners; subclasses supply the launch command and the request protocol."""
 
-    engine_name = ""
+    engine = ""
+    in_process = False
     extra = ""                                 # the pyproject extra that installs what this runner needs
     health_path = "/health"
+    METHODS: tuple[str, ...] = ()
 
     def __init__(self, target: str, dtype: str = "auto", endpoint: str | None = None):
         self.httpx = _need("httpx", self.extra)
@@ -343,51 +203,67 @@ class ServerRunner:
         self._healthy_once = False
         self._model_name: str | None = None
 
-    # -- the run.execute interface --------------------------------------------------------------------
-    # run.execute gives each variant all its requests as one block: the server sees C requests in flight
-    # continuously (no drain at block ends), and a comparison's variants run one after another (one
-    # launched server at a time).
-    sequential_variants = True
+    # -- the Runner protocol --------------------------------------------------------------------------
+    @classmethod
+    def methods(cls) -> tuple[str, ...]:
+        return cls.METHODS
 
-    def requests(self, rows: Iterable[Row]) -> list[ServerRequest]:
-        return [ServerRequest(r.question_id, chat_messages(r), {"category": r.category}) for r in rows]
+    @classmethod
+    def check_options(cls, methods: list[MethodSpec], shared: dict[str, Any]) -> None:
+        named = [(f"--option {k}", k) for k in shared] + [(f"--methods {m}:{k}=...", k) for m, own in methods
+                                                           for k in own]
+        for flag, key in named:
+            if key not in SERVER_OPTIONS:
+                raise SpecbenchError(f"{flag}: the {cls.engine} runner takes no option {key!r} "
+                                     f"(it takes {', '.join(SERVER_OPTIONS)})")
 
-    def max_len(self, requests: list[ServerRequest], settings: Any) -> int:
-        return 0                                # the server sizes its own KV cache
+    @classmethod
+    def from_job(cls, job: Job) -> "ServerRunner":
+        if job.threads:
+            raise SpecbenchError("--threads is for the reference engine; a server engine's threads are its own "
+                                 "(pass them with --option server_args=...)")
+        if not job.prefix_cache:
+            raise SpecbenchError("--no-prefix-cache is for the reference engine; vLLM and SGLang servers cache "
+                                 "prefixes by default (launch them with --no-enable-prefix-caching or "
+                                 "--disable-radix-cache and pass --endpoint)")
+        return cls(job.target, job.dtype, job.endpoint)
 
     def describe(self) -> dict[str, Any]:
         return {
-            "engine": self.engine_name,
+            "engine": self.engine,
             "target": self.target_spec,
             "dtype": self.dtype_name,
             "endpoint": self.endpoint,
             "device": f"server: {self.endpoint}" if self.endpoint else "server launched by specbench",
         }
 
-    def engine(self, settings: Any, max_len: int) -> Session:
+    def requests(self, rows: Iterable[Row]) -> list[ServerRequest]:
+        return [ServerRequest(r.question_id, chat_messages(r), {"category": r.category}) for r in rows]
+
+    def prepare(self, settings: Settings, requests: list[ServerRequest], run_dir: Path) -> Session:
+        """The variant's server configuration and launch command; the server starts with its first block."""
         config = self.method_config(settings)
         command = None if self.endpoint else self.launch_command(settings)
         if command:
             config = {**config, "launch_command": shell_join(command)}
-        return Session(settings, command, config)
+        return Session(settings, command, config, run_dir)
 
-    def start(self, session: Session, run_dir: Path) -> None:
-        session.run_dir = run_dir
-
-    def run(self, session: Session, requests: list[ServerRequest], settings: Any,
-            on_record: Callable[[dict[str, Any]], None]) -> None:
+    def run(self, prepared: Session, requests: list[ServerRequest], on_record: OnRecord) -> None:
+        session, settings = prepared, prepared.settings
         base = self._ensure_server(session)
         if base is None:
             now = time.time()
             for req in requests:
                 on_record(failed_record(req, settings, f"server unreachable at {self._base}", now, now))
             return
-        self.prepare(requests)
+        self.prepare_requests(requests)
         session.blocks += 1
-        asyncio.run(self._drive(base, session, requests, settings, on_record))
+        asyncio.run(self._drive(base, session, requests, on_record))
 
-    def finish(self, session: Session, run_dir: Path) -> None:
-        """Run-level counters into the manifest (added to those of earlier sessions when resumed)."""
+    def close(self, prepared: Session, run_dir: Path) -> None:
+        """Stop a launched server; add the variant's engine counters to the manifest (to those of an earlier,
+        resumed run of it)."""
+        session = prepared
         self.stop_server()
         if session.counters is None and not session.counters_incomplete:
             return
@@ -406,14 +282,14 @@ class ServerRunner:
     # -- subclass hooks --------------------------------------------------------------------------------
     counters_source = ""
 
-    def method_config(self, settings: Any) -> dict[str, Any]:
+    def method_config(self, settings: Settings) -> dict[str, Any]:
         raise NotImplementedError
 
     # the engine module's launch_command(target, method, budget, *, tp, drafter, host, port, dtype,
     # max_model_len, python, extra, options), set by each subclass as a staticmethod
     build_launch_command: Callable[..., list[str]]
 
-    def launch_command(self, settings: Any) -> list[str]:
+    def launch_command(self, settings: Settings) -> list[str]:
         """The server command for this run's method and options (--option tp, drafter, host, port, ...)."""
         opts = self._options(settings)
         folder = local_target_folder(self.target_spec)
@@ -423,7 +299,7 @@ class ServerRunner:
             port=int(opts.get("port") or free_port()), dtype=self.dtype_name, max_model_len=opts.get("max_model_len"),
             python=python_for(opts), extra=shlex.split(str(opts.get("server_args", ""))), options=opts)
 
-    def prepare(self, requests: list[ServerRequest]) -> None:
+    def prepare_requests(self, requests: list[ServerRequest]) -> None:
         """Per block, before sending (e.g. tokenize prompts)."""
 
     async def before_block(self, client: Any, base: str, session: Session) -> Any:
@@ -440,7 +316,7 @@ class ServerRunner:
         return counters_summary(counters)
 
     # -- server lifecycle ------------------------------------------------------------------------------
-    def _options(self, settings: Any) -> dict[str, Any]:
+    def _options(self, settings: Settings) -> dict[str, Any]:
         return dict(settings.options or {})
 
     def _ensure_server(self, session: Session) -> str | None:
@@ -454,7 +330,7 @@ class ServerRunner:
             return self._base if self._probe(self._base, 5.0) else None
         timeout = float(opts.get("startup_timeout", 60))
         if not self._wait_healthy(self._base, timeout):
-            raise SpecbenchError(f"no healthy {self.engine_name} server at {self._base} after {timeout:.0f} s "
+            raise SpecbenchError(f"no healthy {self.engine} server at {self._base} after {timeout:.0f} s "
                                  f"(GET {self.health_path}); start it first, or leave out --endpoint to launch one")
         self._healthy_once = True
         self.check_server(self._base, session)
@@ -492,14 +368,14 @@ class ServerRunner:
             self._proc = subprocess.Popen(cmd, stdout=self._proc_log, stderr=subprocess.STDOUT,
                                           start_new_session=True)
         except OSError as err:
-            raise SpecbenchError(f"cannot start the {self.engine_name} server ({cmd[0]}): {err}") from None
+            raise SpecbenchError(f"cannot start the {self.engine} server ({cmd[0]}): {err}") from None
         self._proc_cmd = session.command
         atexit.register(self.stop_server)       # never leave a launched server behind (it has its own session)
         self._base = f"http://{host}:{port}"
         if not self._wait_healthy(self._base, timeout, self._proc):
             tail = log_path.read_text(errors="replace")[-2000:]
             self.stop_server()
-            raise SpecbenchError(f"the {self.engine_name} server did not become healthy within {timeout:.0f} s; "
+            raise SpecbenchError(f"the {self.engine} server did not become healthy within {timeout:.0f} s; "
                                  f"last lines of {log_path}:\n{tail}")
         self._healthy_once = True
         self.check_server(self._base, session)
@@ -537,8 +413,8 @@ class ServerRunner:
             self._healthy_once = False
 
     # -- one block of requests -------------------------------------------------------------------------
-    async def _drive(self, base: str, session: Session, requests: list[ServerRequest], settings: Any,
-                     on_record: Callable[[dict[str, Any]], None]) -> None:
+    async def _drive(self, base: str, session: Session, requests: list[ServerRequest], on_record: OnRecord) -> None:
+        settings = session.settings
         opts = self._options(settings)
         timeout = self.httpx.Timeout(float(opts.get("request_timeout", 600)), connect=10.0)
         limits = self.httpx.Limits(max_connections=settings.concurrency + 2,
@@ -563,23 +439,21 @@ class ServerRunner:
             await self.after_block(client, base, session, state, records)
 
 
-def server_runner(job: Any) -> ServerRunner:
-    """The runner for `--engine vllm|sglang` (specbench.run calls this for every engine but the reference)."""
-    if job.engine == "vllm":
-        from specbench.runners.vllm import VllmRunner
-
-        return VllmRunner(job.target, job.dtype, job.endpoint)
-    if job.engine == "sglang":
-        from specbench.runners.sglang import SglangRunner
-
-        return SglangRunner(job.target, job.dtype, job.endpoint)
-    raise SpecbenchError(f"--engine must be reference, vllm or sglang, got {job.engine!r}")
-
-
 def local_target_folder(spec: str) -> Path | None:
-    """A HF folder for the target when specbench can resolve it locally (known name, .gguf, folder)."""
-    from reference_eagle4.weights import WeightsError, resolve_target
+    """A local HF folder for the target, or None for a Hub id (the server resolves it itself).
 
+    A folder is itself. A `.gguf` file or a name the bundled engine knows (`smollm2-135m`) becomes the folder
+    the reference engine dequantises it into, so a server can serve the default target too; only then is the
+    reference engine's weights module imported."""
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        return path if (path / "config.json").exists() else None
+    if path.suffix != ".gguf" and "/" in spec:
+        return None                                     # an org/name Hub id
+    try:
+        from reference_eagle4.weights import WeightsError, resolve_target
+    except ImportError:
+        return None
     try:
         return resolve_target(spec)
     except WeightsError:

@@ -1,15 +1,15 @@
-"""Adapter for the bundled reference engine: dataset rows in, per-request records out.
+"""The bundled reference engine as a `Runner`: dataset rows in, per-request records out.
 
-The target is loaded once per process and shared by every method of a comparison, so the methods
-differ only in their proposer.
+The target is loaded once per process and shared by every method of a comparison, so the methods differ only
+in their proposer; each (method, budget, concurrency) gets its own `Engine` (KV cache and scheduler).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import torch
 
@@ -17,38 +17,32 @@ from reference_eagle4.device import cpu_name, resolve_dtype
 from reference_eagle4.engine import Engine, GenerationConfig, Request, Sequence
 from reference_eagle4.model import Transformer, load_transformer, pack_linears
 from reference_eagle4.proposers import PROPOSERS
+from reference_eagle4.proposers.base import option_names
 from reference_eagle4.verify import Sampling
 from reference_eagle4.weights import WeightsError, eos_ids, resolve_target, weights_sha256
 from specbench.dataset import Row, chat_messages
 from specbench.errors import SpecbenchError
+from specbench.runners.base import OnRecord, Record
+from specbench.settings import Job, MethodSpec, Settings
 
-ENGINE = "reference"
-
-
-def methods() -> list[str]:
-    return sorted(PROPOSERS)
+PREFIX_CACHE_PROMPTS = 8                     # prompts whose KV an engine keeps for reuse when the cache is on
 
 
 @dataclass
-class Settings:
-    """Everything that decides a run's output, echoed into its manifest."""
+class ReferenceVariant:
+    """One (method, budget, concurrency) on the reference engine."""
 
-    method: str
-    budget: int
-    concurrency: int = 1
-    max_new_tokens: int = 128
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int = 0
-    options: dict[str, Any] = field(default_factory=dict)
-    # options given to this method alone (`compare --methods name:key=value`), already in `options`;
-    # they name the run apart from the same method without them
-    variant: dict[str, Any] = field(default_factory=dict)
+    settings: Settings
+    engine: Engine
+    method_config: dict[str, Any]
 
 
 class ReferenceRunner:
-    def __init__(self, target: str, dtype: str = "auto", threads: int | None = None, prefix_cache: int = 8):
+    engine = "reference"
+    in_process = True
+
+    def __init__(self, target: str, dtype: str = "auto", threads: int | None = None,
+                 prefix_cache: int = PREFIX_CACHE_PROMPTS):
         self.prefix_cache = prefix_cache      # prompts whose KV each engine keeps for reuse (0 = off)
         try:
             torch_dtype = resolve_dtype(dtype)
@@ -68,12 +62,41 @@ class ReferenceRunner:
         self.eos_ids = eos_ids(self.folder, self.tokenizer)
         self._sha: str | None = None
 
+    # -- the Runner protocol --------------------------------------------------------------------------
+    @classmethod
+    def methods(cls) -> tuple[str, ...]:
+        return tuple(sorted(PROPOSERS))
+
+    @classmethod
+    def check_options(cls, methods: list[MethodSpec], shared: dict[str, Any]) -> None:
+        """A method's own option must be one it takes, and a shared --option one that some method takes:
+        a misspelt option is an error, never a run that silently ignored it."""
+        known = {}
+        for name, own in methods:
+            if name not in PROPOSERS:
+                raise SpecbenchError(f"--method {name!r} is unknown (choose from {', '.join(cls.methods())})")
+            known[name] = option_names(PROPOSERS[name])
+            for key in own:
+                if key not in known[name]:
+                    raise SpecbenchError(f"--methods {name}:{key}=...: {name} has no option {key!r} "
+                                         f"(it takes {', '.join(sorted(known[name])) or 'none'})")
+        for key in shared:
+            if not any(key in k for k in known.values()):
+                takes = "; ".join(f"{m} takes {', '.join(sorted(k)) or 'none'}" for m, k in known.items()
+                                  if m != "vanilla")
+                raise SpecbenchError(f"--option {key}: no method here takes it ({takes})")
+
+    @classmethod
+    def from_job(cls, job: Job) -> "ReferenceRunner":
+        if job.endpoint:
+            raise SpecbenchError("--endpoint is for server engines: add --engine vllm or --engine sglang")
+        return cls(job.target, job.dtype, job.threads, PREFIX_CACHE_PROMPTS if job.prefix_cache else 0)
+
     def describe(self) -> dict[str, Any]:
-        """Manifest facts about the engine, target and machine."""
         if self._sha is None:
             self._sha = weights_sha256(self.folder)
         return {
-            "engine": ENGINE,
+            "engine": self.engine,
             "target": self.target_spec,
             "target_folder": str(self.folder),
             "weights_sha256": self._sha,
@@ -91,9 +114,21 @@ class ReferenceRunner:
             out.append(Request(row.question_id, list(ids), {"category": row.category}))
         return out
 
-    def engine(self, settings: Settings, max_len: int) -> Engine:
+    def prepare(self, settings: Settings, requests: list[Request], run_dir: Path) -> ReferenceVariant:
+        engine = self.make_engine(settings, self.max_len(requests, settings))
+        return ReferenceVariant(settings, engine, engine.proposer.config())
+
+    def run(self, prepared: ReferenceVariant, requests: list[Request], on_record: OnRecord) -> None:
+        prepared.engine.generate(requests, lambda seq: on_record(self.record(seq, prepared.settings)))
+
+    def close(self, prepared: ReferenceVariant, run_dir: Path) -> None:
+        """Nothing to release beyond what garbage collection does; the manifest needs nothing more."""
+
+    # -- the engine -----------------------------------------------------------------------------------
+    def make_engine(self, settings: Settings, max_len: int) -> Engine:
+        """An engine running `settings.method` with KV slots of `max_len` positions."""
         if settings.method not in PROPOSERS:
-            raise SpecbenchError(f"--method {settings.method!r} is unknown (choose from {', '.join(methods())})")
+            raise SpecbenchError(f"--method {settings.method!r} is unknown (choose from {', '.join(self.methods())})")
         try:
             proposer = PROPOSERS[settings.method](budget=settings.budget, **settings.options)
         except (TypeError, ValueError, FileNotFoundError) as err:
@@ -116,7 +151,7 @@ class ReferenceRunner:
                 f"{limit}-token context; lower --max-new-tokens or filter long rows")
         return need
 
-    def record(self, seq: Sequence, settings: Settings) -> dict[str, Any]:
+    def record(self, seq: Sequence, settings: Settings) -> Record:
         out = seq.output
         return {
             "question_id": seq.request.id,
@@ -136,7 +171,3 @@ class ReferenceRunner:
             "ttft_s": seq.t_first - seq.t_start,
             "latency_s": seq.t_end - seq.t_start,
         }
-
-    def run(self, engine: Engine, requests: list[Request], settings: Settings,
-            on_record: Callable[[dict[str, Any]], None]) -> None:
-        engine.generate(requests, lambda seq: on_record(self.record(seq, settings)))

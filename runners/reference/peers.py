@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from specbench.run import Job
-from specbench.runners.reference import ReferenceRunner, Settings
+from specbench.runners.reference.runner import ReferenceRunner
+from specbench.settings import Job, Settings
 
 
 @dataclass
@@ -34,14 +34,14 @@ def bench_transformers(job: Job, max_new_tokens: int, seed: int = 0) -> tuple[Pe
     runner = ReferenceRunner(job.target, job.dtype, job.threads, prefix_cache=0)
     requests = runner.requests(job.rows(seed))
     settings = Settings("vanilla", 1, 1, max_new_tokens)
-    engine = runner.engine(settings, runner.max_len(requests, settings))
+    engine = runner.make_engine(settings, runner.max_len(requests, settings))
     hf = AutoModelForCausalLM.from_pretrained(runner.folder, dtype=runner.model.embed.weight.dtype).eval()
     ours, theirs = PeerResult("reference"), PeerResult("transformers")
     same = 0
     for req in requests:
         got: list[list[int]] = []
         t0 = time.perf_counter()
-        runner.run(engine, [req], settings, lambda rec: got.append(rec["output_token_ids"]))
+        engine.generate([req], lambda seq: got.append(seq.output))
         ours.seconds += time.perf_counter() - t0
         ours.tokens += len(got[0])
         with torch.inference_mode():

@@ -1,9 +1,9 @@
-"""`specbench engines ...` (server presets for vLLM / SGLang) and `specbench export-eagle3`."""
+"""`specbench engines preset`: the launch commands of a vLLM or SGLang server for a method, on a known hardware
+preset, and the `specbench run` commands that benchmark it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional
 
 import typer
@@ -38,7 +38,7 @@ PORTS = {"vllm": 8000, "sglang": 30000}
 def preset_commands(preset: str, engine: str, method: str, budget: int = 8, target: str = "$TARGET",
                     drafter: str | None = None, dataset: str = "prompt-enhancement") -> tuple[str, list[str]]:
     """(server launch command, specbench run commands) of a preset, as shell lines."""
-    from specbench.runners.openai_client import shell_join
+    from specbench.runners.server import shell_join
 
     if preset not in PRESETS:
         raise SpecbenchError(f"unknown preset {preset!r} (have: {', '.join(PRESETS)})")
@@ -94,32 +94,3 @@ def preset_cmd(
 
 def register(root: typer.Typer) -> None:
     root.add_typer(app, name="engines")
-
-    @root.command("export-eagle3")
-    def export_eagle3_cmd(
-        drafter_dir: Path = typer.Argument(..., help="EAGLE-4 drafter folder (config.json + model.safetensors)."),
-        out: Path = typer.Option(..., help="Folder to write the EAGLE-3 checkpoint to."),
-        target: str = typer.Option("smollm2-135m", help="The drafter's target (its lm_head becomes the full head)."),
-        dtype: str = typer.Option("bfloat16", help="bfloat16, float16 or float32."),
-    ) -> None:
-        """Export an EAGLE-4 drafter as an EAGLE-3 checkpoint for vLLM (method eagle3) and SGLang (EAGLE3):
-        no sliding window, full head.
-
-        Example: specbench export-eagle3 reference_eagle4/drafters/smollm2-135m-eagle4 --out runs/eagle3-export
-        """
-        from reference_eagle4.export import DTYPES, export_eagle3
-        from reference_eagle4.weights import WeightsError, resolve_target
-
-        if dtype not in DTYPES:
-            raise SpecbenchError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-        try:
-            folder = resolve_target(target)
-        except WeightsError as err:
-            raise SpecbenchError(str(err)) from None
-        try:
-            path = export_eagle3(drafter_dir, out, folder, dtype)
-        except (FileNotFoundError, ValueError, KeyError) as err:
-            raise SpecbenchError(f"{drafter_dir}: {err}") from None
-        console.print(f"EAGLE-3 checkpoint: {path}  (vLLM: --speculative-config '{{\"method\": \"eagle3\", "
-                      f"\"model\": \"{path}\", \"num_speculative_tokens\": N}}'; SGLang: --speculative-algorithm "
-                      f"EAGLE3 --speculative-draft-model-path {path})")

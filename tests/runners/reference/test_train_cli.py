@@ -12,7 +12,7 @@ from specbench.cli import app
 from specbench.errors import SpecbenchError
 
 runner = CliRunner()
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def pool(folder: Path) -> Path:
@@ -59,7 +59,7 @@ def test_train_two_kinds_share_data_and_export(tiny_target, tmp_path):
 
 def test_pool_rows_are_formatted_as_the_benchmarks_format_theirs(tmp_path):
     from specbench.dataset import chat_messages, load_rows
-    from specbench.train_cli import pool_chat
+    from specbench.runners.reference.train_cli import pool_chat
 
     p = pool(tmp_path)
     (tmp_path / "system_prompts.json").write_text(json.dumps({"image-to-image": "I2I", "general": "GEN"}))

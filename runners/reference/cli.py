@@ -1,0 +1,226 @@
+"""The reference engine's own commands: methods, calibrate, ablate, peers, export-eagle3, train, datastore, serve.
+
+`specbench.cli` registers them through `specbench.runners.COMMANDS`. Each imports the engine inside its body,
+so `specbench --help` and the other engines' commands never load torch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from specbench.errors import SpecbenchError
+from specbench.runners.reference import serve_cli, train_cli
+
+console = Console()
+
+TARGET_HELP = "Known target name, a .gguf file, or a HF safetensors folder."
+DTYPE_HELP = "auto (bf16 where the CPU has native bf16, else fp32), float32 or bfloat16."
+THREADS_HELP = "CPU threads (default: all)."
+
+
+def register(app: typer.Typer) -> None:
+    app.command("methods")(methods)
+    app.command()(calibrate)
+    app.command()(ablate)
+    app.command()(peers)
+    app.command("export-eagle3")(export_eagle3)
+    train_cli.register(app)
+    serve_cli.register(app)
+
+
+def methods() -> None:
+    """List the methods, one line each, and the engines that run each one."""
+    from reference_eagle4.proposers import PROPOSERS
+    from specbench.runners import ENGINES, runner_class
+
+    engines = {name: set(runner_class(name).methods()) for name in ENGINES}
+    served = sorted(set().union(*engines.values()) - set(PROPOSERS))
+    summaries = {**{name: cls.summary for name, cls in PROPOSERS.items()},
+                 **{name: "a checkpoint the server loads (EAGLE-3 layout, or any draft model)" for name in served}}
+    table = Table(box=None, show_edge=False)
+    for col in ("method", "engines", "what it does"):
+        table.add_column(col, overflow="fold")
+    for name in [*sorted(PROPOSERS), *served]:
+        table.add_row(name, ", ".join(e for e, ms in engines.items() if name in ms), summaries[name])
+    console.print(table, markup=False, highlight=False)
+
+
+def _ints(flag: str, text: str) -> tuple[int, ...]:
+    from specbench.run_cli import parse_ints
+
+    return tuple(parse_ints(flag, text))
+
+
+def calibrate(
+    target: str = typer.Option("smollm2-135m", help=TARGET_HELP),
+    dtype: str = typer.Option("auto", help="auto, float32 or bfloat16: time what runs will use."),
+    threads: Optional[int] = typer.Option(None, min=1, help=THREADS_HELP),
+    # the grid of reference_eagle4.calibration's DEFAULT_* (kept literal here: --help imports no torch)
+    batches: str = typer.Option("1,2,3,4,5,6,7,8,16", help="Batch sizes (sequences per step). Every size up "
+                                "to 8 is timed: a step's cost jumps where its rows cross a block of the "
+                                "linears, which interpolating between 4 and 8 smooths over."),
+    contexts: str = typer.Option("256,1024,2048", help="Context lengths (cached tokens per sequence)."),
+    tokens: str = typer.Option("1,2,3,4,6,8,16,32,64", help="Tokens verified per sequence per step."),
+    widths: str = typer.Option("1,4,8,16", help="Draft-level widths (nodes per sequence) to time the drafter at."),
+    drafter: Optional[str] = typer.Option(None, help="EAGLE-4 drafter folder to time (default: the shipped "
+                                          "one, when it fits the target; 'none' skips drafter timing)."),
+    repeats: int = typer.Option(3, min=1, help="Timed rounds per point: each round times every token count (or "
+                                "width) of a row once, so drift touches them alike; the median is kept. Token "
+                                "counts up to 16 and draft levels get 3x the rounds."),
+    out: Optional[Path] = typer.Option(None, help="Table file (default: the cache, where runs look it up)."),
+    if_missing: bool = typer.Option(False, help="Do nothing when a table for this device already exists."),
+) -> None:
+    """Time the target's verification step over (batch, context, tokens) on this device: the cost table the
+    harness plans its trees with.
+
+    The harness reads the table matching this device, dtype and thread count; without one it calibrates a
+    small grid in-process and says so. Takes a few minutes on a 2-core CPU.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from reference_eagle4.calibration import calibrate as measure, device_key, find_table, grid_points, slug, table_dir
+    from specbench.runners.reference.runner import ReferenceRunner
+
+    b, c, t = _ints("--batches", batches), _ints("--contexts", contexts), _ints("--tokens", tokens)
+    w = _ints("--widths", widths)
+    runner = ReferenceRunner(target, dtype, threads)
+    if if_missing and (out.exists() if out else find_table(device_key(runner.model)) is not None):
+        console.print(f"table: {out or table_dir() / (slug(device_key(runner.model)) + '.json')} (exists; kept)")
+        return
+    step = _drafter_step(runner, drafter)
+    total = grid_points(b, c, t, w, step is not None)
+    with Progress(TextColumn("calibrating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
+        task = bar.add_task("", total=total)
+        table = measure(runner.model, b, c, t, drafter_step=step, widths=w, repeats=repeats,
+                        on_point=lambda: bar.advance(task))
+    path = table.save(out or table_dir() / f"{slug(table.key)}.json")
+    one = table.verify(1, table.contexts[0], 1)
+    shape = ", ".join(f"{n}: {table.verify(1, table.contexts[0], n) / one:.2f}x" for n in table.tokens)
+    console.print(f"verification cost vs 1 token (batch 1, context {table.contexts[0]}): {shape}")
+    if table.draft_ms:
+        console.print(f"one draft level (batch 1, width {w[0]}): {table.draft(1, w[0]):.1f} ms")
+    console.print(f"table: {path}")
+
+
+def _drafter_step(runner: Any, drafter: str | None) -> Callable[[int, int], Callable[[], Any]] | None:
+    """A (batch, width) -> callable timing one EAGLE-4 draft level, or None when there is no drafter."""
+    from reference_eagle4.proposers.eagle4 import Eagle4Proposer, drafter_level_fn
+
+    if drafter == "none":
+        return None
+    try:
+        proposer = Eagle4Proposer(budget=16, drafter=drafter, target=runner.model)
+    except (FileNotFoundError, ValueError) as err:      # ValueError: a drafter for another target
+        if drafter is not None:
+            raise SpecbenchError(f"--drafter {drafter}: {err}") from None
+        console.print(f"the shipped drafter does not fit this target ({err}): timing the target only")
+        return None
+    return lambda batch, width: drafter_level_fn(proposer, batch, width)
+
+
+def ablate(
+    target: str = typer.Option("smollm2-135m", help=TARGET_HELP),
+    drafter: Optional[str] = typer.Option(None, help="EAGLE-4 drafter folder (default: the shipped one)."),
+    method: str = typer.Option("eagle4-tree", help="eagle4-tree or eagle4-chain: whose drafting is timed."),
+    budget: int = typer.Option(16, min=2, help="Budget L (the tree drafts min(8, L-1) levels; a chain L-1)."),
+    batch: int = typer.Option(1, min=1, help="Sequences drafted together."),
+    dataset: str = typer.Option("prompt-enhancement", help="Where the context's prompt comes from."),
+    continue_tokens: int = typer.Option(64, min=1, help="Greedy tokens generated after the prompt so that "
+                                        "the context ends inside an answer, as in a run."),
+    reps: int = typer.Option(30, min=1, help="Timed repeats per variant (the median is kept)."),
+    dtype: str = typer.Option("auto", help="auto, float32 or bfloat16."),
+    threads: Optional[int] = typer.Option(None, min=1, help=THREADS_HELP),
+    out: Optional[Path] = typer.Option(None, help="Also write the timings as JSON here."),
+) -> None:
+    """Time one EAGLE-4 drafting step (catch-up + every draft level) with the shipped low-rank head and
+    sliding window against the full head and full attention, interleaved on the same real context.
+
+    Acceptance under each ablation comes from a comparison, e.g.
+    specbench compare --methods eagle4-tree --budget 16 --option head=full
+    """
+    from reference_eagle4.drafter_cost import ABLATIONS, propose_ms
+    from specbench.dataset import load_rows
+    from specbench.runners.reference.runner import ReferenceRunner
+    from specbench.settings import Settings
+
+    if method not in ("eagle4-tree", "eagle4-chain"):
+        raise SpecbenchError(f"--method must be eagle4-tree or eagle4-chain, got {method!r}")
+    runner = ReferenceRunner(target, dtype, threads)
+    request = runner.requests(load_rows(dataset, limit=1, seed=0))[0]
+    settings = Settings(method="vanilla", budget=1, max_new_tokens=continue_tokens)
+    engine = runner.make_engine(settings, runner.max_len([request], settings))
+    done = []
+    engine.generate([request], done.append)
+    context = request.prompt_ids + done[0].output
+    try:
+        ms = propose_ms(runner.model, context, drafter=drafter, method=method, budget=budget, batch=batch,
+                        reps=reps)
+    except FileNotFoundError as err:
+        raise SpecbenchError(f"--drafter: {err}") from None
+    base = next(iter(ms.values()))
+    table = Table(title=f"{method}, L = {budget}, batch {batch}, context {len(context)} tokens, "
+                  f"{runner.dtype_name}: one drafting step")
+    for col in ("variant", "options", "ms per step", "vs shipped"):
+        table.add_column(col, justify="right" if col in ("ms per step", "vs shipped") else "left")
+    for name, t in ms.items():
+        opts = " ".join(f"{k}={v}" for k, v in ABLATIONS[name].items()) or "-"
+        table.add_row(name, opts, f"{t:.2f}", f"{t / base:.2f}x")
+    console.print(table)
+    if out is not None:
+        out.write_text(json.dumps({"method": method, "budget": budget, "batch": batch, "context": len(context),
+                                   "dtype": runner.dtype_name, "ms_per_step": ms}, indent=1) + "\n")
+        console.print(f"written: {out}")
+
+
+def peers(
+    dataset: str = typer.Option("prompt-enhancement", help="Bundled name, a .jsonl/.parquet file, or hf:<repo_id>."),
+    limit: int = typer.Option(8, min=1, help="Prompts (alternating engines on each)."),
+    max_new_tokens: int = typer.Option(128, min=1, help="Output tokens per prompt at most."),
+    target: str = typer.Option("smollm2-135m", help=TARGET_HELP),
+    dtype: str = typer.Option("auto", help="auto, float32 or bfloat16 (both engines use it)."),
+    threads: Optional[int] = typer.Option(None, min=1, help=THREADS_HELP),
+) -> None:
+    """Vanilla decoding on the reference engine vs transformers.generate, same prompts, same process."""
+    from specbench.runners.reference.peers import bench_transformers
+    from specbench.settings import Job
+
+    ours, theirs, same = bench_transformers(Job(dataset, [], limit, target, dtype, threads), max_new_tokens)
+    for r in (ours, theirs):
+        console.print(f"{r.engine:>12}: {r.tok_s:6.1f} tok/s  ({r.tokens} tokens in {r.seconds:.1f} s)")
+    console.print(f"reference / transformers = {ours.tok_s / theirs.tok_s:.2f}x; "
+                  f"identical tokens on {same:.0%} of prompts")
+
+
+def export_eagle3(
+    drafter_dir: Path = typer.Argument(..., help="EAGLE-4 drafter folder (config.json + model.safetensors)."),
+    out: Path = typer.Option(..., help="Folder to write the EAGLE-3 checkpoint to."),
+    target: str = typer.Option("smollm2-135m", help="The drafter's target (its lm_head becomes the full head)."),
+    dtype: str = typer.Option("bfloat16", help="bfloat16, float16 or float32."),
+) -> None:
+    """Export an EAGLE-4 drafter as an EAGLE-3 checkpoint for vLLM (method eagle3) and SGLang (EAGLE3):
+    no sliding window, full head.
+
+    Example: specbench export-eagle3 reference_eagle4/drafters/smollm2-135m-eagle4 --out runs/eagle3-export
+    """
+    from reference_eagle4.export import DTYPES, export_eagle3 as export
+    from reference_eagle4.weights import WeightsError, resolve_target
+
+    if dtype not in DTYPES:
+        raise SpecbenchError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    try:
+        folder = resolve_target(target)
+    except WeightsError as err:
+        raise SpecbenchError(str(err)) from None
+    try:
+        path = export(drafter_dir, out, folder, dtype)
+    except (FileNotFoundError, ValueError, KeyError) as err:
+        raise SpecbenchError(f"{drafter_dir}: {err}") from None
+    console.print(f"EAGLE-3 checkpoint: {path}  (vLLM: --speculative-config '{{\"method\": \"eagle3\", "
+                  f"\"model\": \"{path}\", \"num_speculative_tokens\": N}}'; SGLang: --speculative-algorithm "
+                  f"EAGLE3 --speculative-draft-model-path {path})")
