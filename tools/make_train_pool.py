@@ -14,7 +14,7 @@ regenerated.
 
 Deterministic: a fixed seed, no dependence on set or hash order. Run with the project venv:
 
-    .venv/bin/python data/make_train_pool.py
+    .venv/bin/python tools/make_train_pool.py
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 SEED = 20250611
-HERE = Path(__file__).resolve().parent
-OUT = HERE / "train-pool.jsonl"
-EXTRA = HERE / "train-pool-extra.jsonl"   # second-round hand-written rows {category, prompt, image_caption}
+DATA = Path(__file__).resolve().parents[1] / "data"
+OUT = DATA / "train-pool.jsonl"
+EXTRA = DATA / "train-pool-extra.jsonl"   # second-round hand-written rows {category, prompt, image_caption}
 BENCHMARKS = ("prompt-enhancement.jsonl", "fireworks.jsonl")
 NGRAM = 8
 TARGETS = {
@@ -2244,7 +2244,7 @@ FAMILIES: dict[str, list[tuple[float, Callable[[Gen], tuple[str, str | None]]]]]
 def load_benchmarks() -> tuple[list[str], list[str]]:
     prompts, captions = [], []
     for name in BENCHMARKS:
-        for line in (HERE / name).read_text(encoding="utf-8").splitlines():
+        for line in (DATA / name).read_text(encoding="utf-8").splitlines():
             if not line.strip():
                 continue
             row = json.loads(line)
@@ -2308,7 +2308,7 @@ def main() -> None:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     counts = Counter(row["category"] for row in rows)
-    print(f"wrote {len(rows)} rows to {OUT.relative_to(HERE.parent)}")
+    print(f"wrote {len(rows)} rows to {OUT.relative_to(DATA.parent)}")
     for category in TARGETS:
         print(f"  {category:15s} {counts[category]}")
     print("rejected candidates: " + (", ".join(f"{k}={v}" for k, v in sorted(guard.rejected.items())) or "none"))

@@ -139,8 +139,8 @@ def test_clash_detector_catches_each_rule(bench):
 
 
 def test_file_matches_generator(pool):
-    """data/make_train_pool.py is deterministic and the committed file is its output."""
-    spec = importlib.util.spec_from_file_location("make_train_pool", DATA_DIR / "make_train_pool.py")
+    """tools/make_train_pool.py is deterministic and the committed file is its output."""
+    spec = importlib.util.spec_from_file_location("make_train_pool", DATA_DIR.parent / "tools" / "make_train_pool.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     rows, _ = module.build()
