@@ -198,7 +198,7 @@ def time_verification(model: Transformer, batches: tuple[int, ...], contexts: tu
             rows = []
             for c in contexts:
                 cache.lengths[:] = c
-                calls = {t: (lambda x=torch.randint(0, model.args.vocab_size, (b, t)): model(x, cache)) for t in tokens}
+                calls = {t: (lambda x=torch.randint(0, model.args.vocab_size, (b, t)): model.verify(x, cache)) for t in tokens}
                 timed = dict(zip(fine, interleaved_ms([calls[t] for t in fine], repeats * FINE_ROUNDS, warmup)))
                 timed |= dict(zip(coarse, interleaved_ms([calls[t] for t in coarse], repeats, warmup)))
                 samples = [timed[t] for t in tokens]

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import Tensor
 
-from reference_eagle4.model import KVCache, Transformer
+from reference_eagle4.model import KVCache, Transformer, TreeLayout
 from reference_eagle4.prefix_cache import PrefixCache
 from reference_eagle4.proposers.base import Proposer
 from reference_eagle4.tree import DraftTree
@@ -113,11 +113,7 @@ class Engine:
         else:
             self.cache.lengths[slot] = 0
         ids = prompt[None, reuse:]
-        last = torch.zeros(ids.shape, dtype=torch.bool, device=self.device)
-        last[0, -1] = True
-        # the fastest kernels: every method prefills the same prompts in the same order, so they agree
-        logits, hidden = self.target(ids, self.cache, first_slot=slot, capture=self.capture, logits_rows=last,
-                                     exact=False)
+        logits, hidden = self.target.prefill(ids, self.cache, slot, self.capture)     # the last token's logits
         self.cache.keep(slot, torch.arange(ids.shape[1], device=self.device))
         rows = [h[0] for h in hidden]
         if entry is not None:
@@ -150,9 +146,9 @@ class Engine:
         dev = self.device
         ragged = min(sizes) < T          # trees of different sizes: skip the padding in every matmul
         valid = (torch.arange(T)[None, :] < torch.tensor(sizes)[:, None]).to(dev) if ragged else None
+        layout = TreeLayout(masks.to(dev), depths.to(dev), valid)
         t0 = time.perf_counter()
-        logits, hidden = self.target(tokens.to(dev), self.cache, tree_mask=masks.to(dev),
-                                     depths=depths.to(dev), capture=self.capture, valid=valid)
+        logits, hidden = self.target.verify(tokens.to(dev), self.cache, layout, self.capture)
         timing = {"draft_ms": round(draft_ms, 3), "verify_ms": round(1000 * (time.perf_counter() - t0), 3)}
         logits = logits.reshape(-1, logits.shape[-1])              # one row per tree node, tree after tree
         starts = [0, *accumulate(sizes[:-1])]          # packed or not, each tree's rows follow the last one's

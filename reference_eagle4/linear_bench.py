@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from reference_eagle4.calibration import median_ms
-from reference_eagle4.model import Int8Linear, PackedLinear, can_pack
+from reference_eagle4.linears import Int8Linear, PackedLinear, can_pack
 
 INT4_GROUP = 32
 

@@ -1,24 +1,26 @@
 """A Llama-family target in plain PyTorch over a preallocated, ragged, tree-capable KV cache.
 
 One `forward` serves prefill, vanilla decoding and tree verification: every sequence in the batch appends
-up to T tokens after its own cached length, and a per-sequence T x T mask says which of the new tokens
-each new token may see (causal for prefill and chains, ancestors-only for trees). The prefix is always
-visible. Positions are given explicitly (context length + tree depth).
+up to T tokens after its own cached length, and a `TreeLayout` says which of the new tokens each new token
+may see (causal for prefill and chains, ancestors-only for trees) and at which position. The prefix is
+always visible. `prefill` and `verify` name the engine's two uses.
+
+The linears live in linears.py (prepacked, exact row by row) and the attention backends in attention.py.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Callable
 from pathlib import Path
+from typing import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from reference_eagle4.kernels import amx_linear, layer_ops
-from reference_eagle4.kernels.exact_attention_cpu import exact_attention_cpu, library, supports
+from reference_eagle4.attention import Attend, exact_backend, step_attention
+from reference_eagle4.kernels import layer_ops
+from reference_eagle4.linears import Packing, linear, pack_linears  # noqa: F401  (pack_linears: callers load then pack)
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,21 @@ class KVCache:
         self.lengths[src_slot] = 0
 
 
+@dataclass(frozen=True)
+class TreeLayout:
+    """How a step's T new tokens per sequence relate to each other (padding rows need only see themselves)."""
+
+    mask: Tensor                    # [B, T, T] bool: row i = the new tokens token i sees (its ancestors, itself)
+    depths: Tensor                  # [B, T] each token's offset from its slot's cached length (tree depth)
+    valid: Tensor | None = None     # [B, T] bool: the real tokens of a padded batch (None: all are real)
+
+    @classmethod
+    def causal(cls, B: int, T: int, device: torch.device | str = "cpu") -> "TreeLayout":
+        """A chain per sequence: token i sees tokens 0..i and sits at depth i (prefill, decoding)."""
+        return cls(torch.ones(T, T, dtype=torch.bool, device=device).tril().expand(B, T, T),
+                   torch.arange(T, device=device).expand(B, T))
+
+
 def rope_tables(args: ModelArgs, device: str = "cpu") -> tuple[Tensor, Tensor]:
     """cos/sin for every position, computed in float64 and with an explicit device (safe under meta init)."""
     steps = torch.arange(0, args.head_dim, 2, dtype=torch.float64, device=device)
@@ -133,6 +150,19 @@ class RMSNorm(nn.Module):
         return layer_ops.rms_norm(x, self.weight, self.eps)
 
 
+Store = Callable[[Tensor, Tensor, Tensor], Tensor]   # (qkv, cache_k, cache_v) -> rotated queries [B, H, T, D]
+
+
+@dataclass(frozen=True)
+class StepKernels:
+    """What one forward decides once for all its layers."""
+
+    store: Store                    # rotates this step's queries and keys, writes keys and values to the cache
+    attend: Attend                  # attention of the queries over the cache (attention.py)
+    packing: Packing | None         # a padded step's real tokens: the linears skip the padding
+    exact: bool                     # each token's results as if it were alone (PackedLinear.rowwise)
+
+
 class Block(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
@@ -146,195 +176,19 @@ class Block(nn.Module):
         self.gate_up = nn.Linear(args.dim, 2 * args.intermediate, bias=False)
         self.down = nn.Linear(args.intermediate, args.dim, bias=False)
 
-    def forward(self, x: Tensor, cache_k: Tensor, cache_v: Tensor, store: Callable[[Tensor, Tensor, Tensor], Tensor],
-                attend: Callable[[Tensor, Tensor, Tensor], Tensor], packed: "Packing | None" = None,
-                exact: bool = True) -> Tensor:
-        """x: [B, T, dim], or [N, dim] holding only the real tokens when `packed` (attention unpacks).
-        store(qkv, cache_k, cache_v) rotates this step's queries and keys, writes keys and values to the
-        cache and returns the queries [B, H, T, D] (`Transformer._rope_store`)."""
+    def forward(self, x: Tensor, cache_k: Tensor, cache_v: Tensor, step: StepKernels) -> Tensor:
+        """x: [B, T, dim], or [N, dim] holding only the real tokens when the step is packed (attention
+        unpacks); cache_k, cache_v: this layer's [slot, kv_head, position, head_dim] from the step's first slot."""
+        packing, exact = step.packing, step.exact
         qkv = linear(self.qkv, self.attn_norm(x), exact)
-        if packed is not None:
-            qkv = packed.unpack(qkv, reuse=True)
-        q = store(qkv, cache_k, cache_v)
+        if packing is not None:
+            qkv = packing.unpack(qkv, reuse=True)
+        q = step.store(qkv, cache_k, cache_v)                                       # [B, H, T, D]
         B, _, T, _ = q.shape
-        out = attend(q, cache_k, cache_v).transpose(1, 2).reshape(B, T, -1)
-        x, h = layer_ops.add_rms_norm(x, linear(self.o, out if packed is None else packed.pack(out), exact),
+        out = step.attend(q, cache_k, cache_v).transpose(1, 2).reshape(B, T, -1)    # [B, T, H * D]
+        x, h = layer_ops.add_rms_norm(x, linear(self.o, out if packing is None else packing.pack(out), exact),
                                       self.mlp_norm.weight, self.mlp_norm.eps)
         return x + linear(self.down, layer_ops.silu_mul(linear(self.gate_up, h, exact)), exact)
-
-
-class Packing:
-    """The real tokens of a ragged step ([B, T] with padding), so matmuls run on N rows instead of B * T.
-
-    A verification step pads every tree to the largest; the linears and the LM head, nearly all of a
-    step's time, then pay for the padding too. Packing drops it: only attention sees the [B, T] layout.
-    """
-
-    def __init__(self, valid: Tensor):
-        self.shape = valid.shape
-        self.rows = valid.reshape(-1).nonzero().squeeze(1)
-        self._padded: dict[tuple[int, torch.dtype], Tensor] = {}    # reused by `unpack(..., reuse=True)`
-
-    def pack(self, x: Tensor) -> Tensor:
-        """[B, T, d] -> [N, d]."""
-        return x.reshape(-1, x.shape[-1]).index_select(0, self.rows)
-
-    def unpack(self, x: Tensor, reuse: bool = False) -> Tensor:
-        """[N, d] -> [B, T, d] with zeros in the padding. reuse: into one buffer per width for the whole
-        step (every layer writes the same rows, so the padding stays zero), for a result consumed before
-        the next call, such as a layer's qkv; zeroing a fresh one for each of 30 layers cost ~1 ms a step."""
-        B, T = self.shape
-        key = (x.shape[-1], x.dtype)
-        out = self._padded.get(key) if reuse else None
-        if out is None:
-            out = x.new_zeros(B * T, x.shape[-1])
-            if reuse:
-                self._padded[key] = out
-        out.index_copy_(0, self.rows, x)
-        return out.view(B, T, -1)
-
-
-class PackedLinear(nn.Module):
-    """A frozen linear layer whose weight oneDNN has reordered once for the CPU's matmul kernels.
-
-    Decoding is bound by streaming weights from memory; the blocked layout halves the time of the
-    small-row matmuls that dominate a step (see BENCHMARKS.md). Inference only: no autograd.
-    """
-
-    ROW_BLOCK = 32
-    MIN_ROWS = 4
-
-    def __init__(self, linear: nn.Linear, rows_hint: int = 16):
-        super().__init__()
-        self.out_features = linear.out_features
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), rows_hint)
-        self.tiles = amx_linear.pack(linear.weight)      # None where the AMX kernel does not run (rowwise)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
-
-    def rowwise(self, x: Tensor) -> Tensor:
-        """The product with every row computed as if alone, so that verifying a tree computes each node
-        exactly as vanilla decoding does. oneDNN picks kernels by row count, and two of its switches round
-        rows differently (checked row by row in tests/reference_eagle4/test_model.py): a single row takes
-        a vector kernel (fp32 on every CPU seen; bf16 on AVX512-BF16 without AMX, in the MLP down
-        projection), and bf16 calls of more than 32 rows take AMX kernels where the CPU has them. Between
-        2 and 32 rows every CPU seen computes each row alike, so calls go in blocks of at most 32 and a
-        block of fewer than MIN_ROWS rows is padded up to MIN_ROWS: one row must not run alone, and oneDNN's
-        kernels for 2 or 3 rows are slower than its 4-row one (`linear_bench`, Zen 4: the MLP's gate/up
-        projection over 30 layers 8.7 ms at 2 rows, 5.9 ms at 4; BENCHMARKS.md session 12), so a decoding
-        step pays for 4. On a CPU with AMX one call of `amx_linear` takes any number of rows instead, each
-        row alike, streaming the weights once (blocks of 32 streamed them once per block)."""
-        if self.tiles is not None:
-            out = amx_linear.matmul(x, self.tiles, self.out_features)
-            if out is not None:
-                return out
-        rows = x.reshape(-1, x.shape[-1])
-        if rows.shape[0] <= self.ROW_BLOCK:       # a decoding or verification step: one call, no split
-            out = self._block(rows)
-        else:
-            out = torch.cat([self._block(b) for b in rows.split(self.ROW_BLOCK)])
-        return out.view(*x.shape[:-1], self.out_features)
-
-    def _block(self, rows: Tensor) -> Tensor:
-        n = rows.shape[0]
-        if n >= self.MIN_ROWS:
-            return self(rows)
-        return self(torch.cat((rows, rows.new_zeros(self.MIN_ROWS - n, rows.shape[1]))))[:n]
-
-
-def linear(layer: nn.Module, x: Tensor, exact: bool) -> Tensor:
-    """`layer(x)`, row by row as if alone when `exact` (PackedLinear.rowwise; other layers already are)."""
-    return layer.rowwise(x) if exact and isinstance(layer, PackedLinear) else layer(x)
-
-
-def packed(linear: nn.Linear) -> nn.Module:
-    """`linear` prepacked for oneDNN, or unchanged where this CPU's oneDNN cannot reorder its dtype (bf16
-    needs AVX512-BF16 / AVX-NE-CONVERT): plain F.linear is then the fastest path there is."""
-    if not can_pack(linear.weight.dtype):
-        return linear
-    return PackedLinear(linear)
-
-
-class Int8Linear(nn.Module):
-    """A frozen linear layer with int8 weights (one scale per output row) for calls of up to INT8_ROWS rows,
-    computed by `aten._weight_int8pack_mm` against activations of the original dtype; larger calls take the
-    prepacked weights of the original dtype (`packed`).
-
-    For drafters only: a drafter's linears run right after a target forward has pushed their weights out of
-    the caches, so a call of a few rows is bound by streaming weights, and int8 halves the bytes. But
-    `_weight_int8pack_mm`'s time grows with the rows: measured in place (each call after a target forward,
-    BENCHMARKS.md session 22) the layer's five linears took 0.47 / 0.58 / 0.88 / 1.54 ms at 1 / 4 / 6 / 16
-    rows in int8 against a flat ~0.6 ms prepacked, and the catch-up's two over a new prompt's 256 rows 6.8
-    against 0.9 ms. Outputs only propose tokens, which verification accepts or rejects, so rounding the
-    weights can change acceptance but never the output."""
-
-    INT8_ROWS = 4
-
-    def __init__(self, linear: nn.Linear):
-        super().__init__()
-        w = linear.weight.detach().float()
-        scale = w.abs().amax(1).clamp(min=torch.finfo(torch.float32).tiny) / 127.0
-        self.out_features = linear.out_features
-        self.register_buffer("weight_q", torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8))
-        self.register_buffer("scale", scale.to(linear.weight.dtype))
-        self.wide = packed(linear)
-
-    def forward(self, x: Tensor) -> Tensor:
-        rows = x.reshape(-1, x.shape[-1])
-        if rows.shape[0] > self.INT8_ROWS:
-            # in blocks of at most 32 rows: oneDNN builds a kernel for each new row count (4-7 ms the first
-            # time, BENCHMARKS.md session 22), and a catch-up's row count is new at nearly every step
-            return self.wide.rowwise(x) if isinstance(self.wide, PackedLinear) else self.wide(x)
-        out = torch.ops.aten._weight_int8pack_mm(rows.contiguous(), self.weight_q, self.scale)
-        return out.view(*x.shape[:-1], self.out_features)
-
-
-_INT8: dict[tuple[torch.dtype, str], bool] = {}
-
-
-def int8_linear(linear: nn.Linear) -> nn.Module:
-    """`linear` as an Int8Linear for bf16 weights where this build of torch runs int8 weights on this device;
-    else prepacked (`packed`). Against fp32 activations `_weight_int8pack_mm` is no help: 2x slower than
-    the prepacked fp32 weights at one row (`python -m reference_eagle4.linear_bench --int8`, BENCHMARKS.md
-    session 22)."""
-    key = (linear.weight.dtype, linear.weight.device.type)
-    if linear.weight.dtype != torch.bfloat16:
-        return packed(linear)
-    if key not in _INT8:
-        try:
-            probe = torch.zeros(2, 32, dtype=linear.weight.dtype, device=linear.weight.device)
-            torch.ops.aten._weight_int8pack_mm(probe, torch.zeros(32, 32, dtype=torch.int8, device=probe.device),
-                                               torch.ones(32, dtype=probe.dtype, device=probe.device))
-            _INT8[key] = True
-        except (RuntimeError, NotImplementedError):
-            _INT8[key] = False
-    return Int8Linear(linear) if _INT8[key] else packed(linear)
-
-
-_PACKABLE: dict[torch.dtype, bool] = {}
-
-
-def can_pack(dtype: torch.dtype) -> bool:
-    if dtype not in _PACKABLE:
-        try:
-            torch.ops.mkldnn._reorder_linear_weight(torch.zeros(8, 8, dtype=dtype), 16)
-            _PACKABLE[dtype] = True
-        except RuntimeError:
-            _PACKABLE[dtype] = False
-    return _PACKABLE[dtype]
-
-
-def pack_linears(model: nn.Module) -> nn.Module:
-    """Swap every nn.Linear for a PackedLinear where oneDNN can run it (CPU); a no-op elsewhere."""
-    if not torch.backends.mkldnn.is_available() or next(model.parameters()).device.type != "cpu":
-        return model
-    for name, child in model.named_children():
-        if isinstance(child, nn.Linear) and child.bias is None:
-            setattr(model, name, packed(child))
-        else:
-            pack_linears(child)
-    return model
 
 
 class Transformer(nn.Module):
@@ -350,19 +204,12 @@ class Transformer(nn.Module):
         cos, sin = rope_tables(args)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
-        # "auto": the Triton tree-attention kernel for steps of <= 64 new tokens on CUDA in fp16/bf16, SDPA over a
-        # dense mask otherwise; "triton" forces the kernel (Triton's interpreter runs it on CPU: tests);
-        # "torch" never uses it
-        self.attention = "auto"
+        self.attention = "auto"         # "auto", "triton" or "torch": see attention.step_attention
 
     @property
     def exact_attention(self) -> str:
-        """What exact steps attend with: "kernel" (CUDA: Triton or SDPA; CPU: `exact_attention_cpu`) or
-        "float64" (`float64_attention`, a CPU where the C kernel cannot be built or take this head size)."""
-        p = self.embed.weight
-        wide = p.device.type == "cpu" and self.attention != "triton" and (
-            library() is None or not supports(self.args.head_dim))
-        return "float64" if wide else "kernel"
+        """What exact steps attend with: "kernel" or "float64" (attention.exact_backend)."""
+        return exact_backend(self)
 
     def new_cache(self, slots: int, max_len: int) -> KVCache:
         """The cache holds the model dtype, or float64 where exact steps run `float64_attention` (the dtype
@@ -371,62 +218,67 @@ class Transformer(nn.Module):
         wide = self.exact_attention == "float64"
         return KVCache(self.args, slots, max_len, torch.float64 if wide else p.dtype, str(p.device))
 
-    def forward(self, tokens: Tensor, cache: KVCache, tree_mask: Tensor | None = None,
-                depths: Tensor | None = None, capture: tuple[int, ...] = (),
-                logits_rows: Tensor | None = None, first_slot: int = 0,
-                valid: Tensor | None = None, exact: bool = True) -> tuple[Tensor, list[Tensor]]:
+    def prefill(self, tokens: Tensor, cache: KVCache, slot: int,
+                capture: tuple[int, ...] = ()) -> tuple[Tensor, list[Tensor]]:
+        """A prompt's tokens [1, P] after slot `slot`'s cached ones, with the fastest kernels: every method
+        prefills the same prompts alike. Returns the last token's logits [1, V] and the captured layers."""
+        last = torch.zeros(tokens.shape, dtype=torch.bool, device=tokens.device)
+        last[0, -1] = True
+        return self(tokens, cache, first_slot=slot, capture=capture, logits_rows=last, exact=False)
+
+    def verify(self, tokens: Tensor, cache: KVCache, tree: TreeLayout | None = None,
+               capture: tuple[int, ...] = ()) -> tuple[Tensor, list[Tensor]]:
+        """One exact step of slots 0..B-1: each token [B, T] gets the logits it would get decoded alone."""
+        return self(tokens, cache, tree, capture=capture)
+
+    def forward(self, tokens: Tensor, cache: KVCache, tree: TreeLayout | None = None, *, first_slot: int = 0,
+                capture: tuple[int, ...] = (), logits_rows: Tensor | None = None,
+                exact: bool = True) -> tuple[Tensor, list[Tensor]]:
         """Append `tokens` [B, T] after the cached tokens of slots first_slot..first_slot+B-1.
 
-        tree_mask [B, T, T] (bool, row i = the new tokens token i sees) defaults to causal; depths [B, T]
-        (offset of each token from the slot's length) default to 0..T-1. Padding rows of a shorter
-        sequence need only see themselves. The cache lengths are NOT advanced: the caller keeps the
-        accepted tokens with `cache.keep`. `capture` lists layers whose input hidden states are returned.
-        `logits_rows` ([B, T] bool) limits the LM head to the rows that are needed (e.g. prefill's last).
-        `valid` ([B, T] bool) marks the real tokens of a padded batch: the matmuls skip the rest, and the
-        logits come back for the real tokens only, [N, V] in row-major order (not with `logits_rows`).
-        `exact` (CPU): each token's results are exactly those it would get alone, as decoding and
-        verification need (`exact_attention_cpu`, `PackedLinear.rowwise`); False takes the fastest kernels, for
-        a computation every method does identically (a prompt's prefill).
+        `tree` defaults to a causal chain. The cache lengths are NOT advanced: the caller keeps the accepted
+        tokens with `cache.keep`. `capture` lists layers whose input hidden states are returned ([B, T, dim]
+        each). `logits_rows` ([B, T] bool) limits the LM head to the rows that are needed. With `tree.valid`
+        the matmuls skip the padding, and the logits come back for the real tokens only, [N, V] in
+        row-major order (not with `logits_rows`). `exact` (CPU): each token's results are exactly those it
+        would get alone, as decoding and verification need; False takes the fastest kernels, for a
+        computation every method does identically (a prompt's prefill).
         """
         B, T = tokens.shape
-        dev = tokens.device
-        lens = cache.lengths[first_slot: first_slot + B]
-        steps = torch.arange(T, device=dev)
-        if depths is None:
-            depths = steps.expand(B, T)
-        if tree_mask is None:
-            tree_mask = torch.ones(T, T, dtype=torch.bool, device=dev).tril().expand(B, T, T)
+        if tree is None:
+            tree = TreeLayout.causal(B, T, tokens.device)
+        lens = cache.lengths[first_slot: first_slot + B]                               # [B]
         kv_len = int(lens.max()) + T
         if kv_len > cache.max_len:
             raise ValueError(f"KV cache overflow: {kv_len} > {cache.max_len} positions")
-        store = self._rope_store(lens, (lens[:, None] + depths).contiguous(), cache)
-        attend = self._attention(lens, tree_mask, kv_len, exact, cache.k.dtype, valid)
-
-        packed = Packing(valid) if valid is not None else None
-        x = self.embed(tokens if packed is None else tokens.reshape(-1)[packed.rows])
+        packing = Packing(tree.valid) if tree.valid is not None else None
+        step = StepKernels(store=self._rope_store(lens, (lens[:, None] + tree.depths).contiguous(), cache),
+                           attend=step_attention(self, lens, tree, kv_len, exact, cache.k.dtype),
+                           packing=packing, exact=exact)
+        x = self.embed(tokens if packing is None else tokens.reshape(-1)[packing.rows])   # [B, T, dim] / [N, dim]
         hidden = []
         for i, layer in enumerate(self.layers):
             if i in capture:
-                hidden.append(x if packed is None else packed.unpack(x))
-            x = layer(x, cache.k[i, first_slot:], cache.v[i, first_slot:], store, attend, packed, exact)
+                hidden.append(x if packing is None else packing.unpack(x))
+            x = layer(x, cache.k[i, first_slot:], cache.v[i, first_slot:], step)
         if self.args.n_layers in capture:
-            hidden.append(x if packed is None else packed.unpack(x))
+            hidden.append(x if packing is None else packing.unpack(x))
         x = self.norm(x)
         if logits_rows is not None:
             x = x[logits_rows]
         return linear(self.lm_head, x, exact), hidden
 
-    def _rope_store(self, lens: Tensor, pos: Tensor, cache: KVCache) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+    def _rope_store(self, lens: Tensor, pos: Tensor, cache: KVCache) -> Store:
         """store(qkv, cache_k, cache_v) -> rotated queries [B, H, T, D] for this step, keys rotated and values
         written at each slot's length + t: `layer_ops.rope_store` where it runs (one C pass, fp32 tables),
-        else PyTorch over the tables in the model dtype. One choice per step, the same for every layer."""
+        else PyTorch over the tables in the model dtype. pos [B, T]: each token's absolute position."""
         a = self.args
         B, T = pos.shape
         heads = (a.n_heads, a.n_kv_heads, a.head_dim)
         w = self.embed.weight
         if layer_ops.runs_here(w, cache.k, cache.v) and self.rope_cos.dtype == torch.float32:
             return lambda qkv, k, v: layer_ops.rope_store(qkv, pos, self.rope_cos, self.rope_sin, heads, k, v, lens)
-        cos = self.rope_cos[pos].unsqueeze(1).to(w.dtype)
+        cos = self.rope_cos[pos].unsqueeze(1).to(w.dtype)                              # [B, 1, T, D]
         sin = self.rope_sin[pos].unsqueeze(1).to(w.dtype)
         rows = torch.arange(B, device=pos.device)[:, None].expand(B, T)
         cols = lens[:, None] + torch.arange(T, device=pos.device)
@@ -439,64 +291,6 @@ class Transformer(nn.Module):
             cache_v[rows, :, cols] = v.view(B, T, a.n_kv_heads, a.head_dim).to(cache_v.dtype)
             return q
         return store
-
-    def _attention(self, lens: Tensor, tree_mask: Tensor, kv_len: int, exact: bool, cache_dtype: torch.dtype,
-                   valid: Tensor | None) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
-        """attend(q, cache_k, cache_v) for this step: every new token sees its slot's prefix and its tree row.
-        An exact step on the CPU runs `exact_attention_cpu`, or `float64_attention` over a float64 cache
-        where that kernel could not be built."""
-        B, T, _ = tree_mask.shape
-        w = self.embed.weight
-        kernel = self.attention == "triton" or (
-            self.attention == "auto" and w.is_cuda and w.dtype in (torch.float16, torch.bfloat16) and T <= 64)
-        if kernel:
-            from reference_eagle4.kernels import available
-            from reference_eagle4.kernels.tree_attention import pack_tree_mask
-            if available() or self.attention == "triton":
-                from reference_eagle4.kernels.tree_attention_triton import tree_attention_triton
-                bits = pack_tree_mask(tree_mask)
-                return lambda q, k, v: tree_attention_triton(q, k, v, lens, bits, kv_len=kv_len)
-        if exact and not w.is_cuda and cache_dtype != torch.float64:       # new_cache chose the C kernel
-            rows, real = tree_mask.contiguous(), None if valid is None else valid.contiguous()
-            return lambda q, k, v: exact_attention_cpu(q, k, v, lens, rows, real)    # skips padding tokens
-        mask = visible_keys(lens, tree_mask, kv_len)                                          # [B, T, S]
-        if w.is_cuda or not exact:
-            return lambda q, k, v: F.scaled_dot_product_attention(
-                q, k[:B, :, :kv_len].to(q.dtype), v[:B, :, :kv_len].to(q.dtype), attn_mask=mask.unsqueeze(1),
-                enable_gqa=True)
-        a = self.args
-        bias = torch.zeros(B, a.n_kv_heads, a.n_heads // a.n_kv_heads, T, kv_len, dtype=torch.float64)
-        bias.masked_fill_(~mask[:, None, None], float("-inf"))
-        bias = bias.view(B * a.n_kv_heads, -1, kv_len)
-        return lambda q, k, v: float64_attention(q, k[:B, :, :kv_len], v[:B, :, :kv_len], bias)
-
-
-def visible_keys(lens: Tensor, tree_mask: Tensor, S: int) -> Tensor:
-    """[B, T, S] bool: each new token sees its slot's prefix and the new tokens of its tree_mask row."""
-    B, T, _ = tree_mask.shape
-    rel = torch.arange(S, device=lens.device)[None, :] - lens[:, None]                     # [B, S]
-    in_new = (rel >= 0) & (rel < T)
-    new_vis = tree_mask.gather(2, rel.clamp(0, T - 1)[:, None, :].expand(B, T, S))
-    return (rel < 0)[:, None, :] | (in_new[:, None, :] & new_vis)
-
-
-def float64_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
-    """Attention computed in float64, so that a token's output does not depend on what else the step holds
-    (the fallback of `exact_attention_cpu`, which gets there by construction, 2-4x faster).
-
-    A tree node's visible keys sit at other cache positions than when vanilla decoding reaches the same
-    token (its siblings come between), and the step holds other nodes, sequences and padding. Every
-    fp32/bf16 kernel sums in an order that depends on those (vectorised lanes, BLAS blocking, threads),
-    and in bf16 the differences flip greedy tokens (SDPA: a quarter to a half of the outputs differed from
-    vanilla). In float64 the order costs ~1e-16 relative, far below a bf16 or fp32 rounding step, so the
-    rounded result is the same: verification reproduces vanilla decoding exactly in practice.
-    q [B, H, T, D]; k, v [B, KV, S, D] float64; bias [B * KV, G * T, S] float64, 0 = visible, -inf = not.
-    """
-    B, H, T, D = q.shape
-    KV, S = k.shape[1], k.shape[2]
-    qg = q.double().reshape(B * KV, -1, D)                  # query heads grouped by the key head they share
-    s = torch.baddbmm(bias, qg, k.reshape(B * KV, S, D).transpose(1, 2), alpha=D ** -0.5)
-    return torch.bmm(s.softmax(-1), v.reshape(B * KV, S, D)).view(B, H, T, D).to(q.dtype)
 
 
 def load_transformer(folder: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu") -> Transformer:

@@ -22,7 +22,8 @@ from torch.profiler import ProfilerActivity, profile
 from reference_eagle4.calibration import interleaved_ms
 from reference_eagle4.device import resolve_dtype
 from reference_eagle4.kernels import layer_ops
-from reference_eagle4.model import KVCache, PackedLinear, Transformer, load_transformer, pack_linears
+from reference_eagle4.linears import PackedLinear, pack_linears
+from reference_eagle4.model import KVCache, Transformer, load_transformer
 from reference_eagle4.weights import resolve_target
 
 
@@ -46,7 +47,7 @@ def main() -> None:
     self_ms: dict[int, dict[str, float]] = {1: {}, args.tokens: {}}
     with torch.inference_mode():
         for slot in range(args.batch):
-            model(torch.randint(0, vocab, (1, args.context)), cache, first_slot=slot, exact=False)
+            model.prefill(torch.randint(0, vocab, (1, args.context)), cache, slot)
             cache.keep(slot, torch.arange(args.context))
         for _ in range(2):                       # two interleaved rounds, so drift touches both sizes alike
             for T in self_ms:

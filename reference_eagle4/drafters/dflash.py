@@ -37,7 +37,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from reference_eagle4.drafters.eagle4 import LayerShape, copy_weights, rope_cos_sin, target_shape
-from reference_eagle4.model import ModelArgs, RMSNorm, apply_rope, packed
+from reference_eagle4.linears import packed
+from reference_eagle4.model import ModelArgs, RMSNorm, apply_rope
 
 
 @dataclass(frozen=True)

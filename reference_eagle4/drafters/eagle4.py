@@ -32,7 +32,8 @@ from torch import Tensor, nn
 
 from reference_eagle4.kernels import drafter_attention, layer_ops, row_ops
 from reference_eagle4.kernels.lowrank_head_cpu import LowrankHeadCPU
-from reference_eagle4.model import ModelArgs, RMSNorm, apply_rope, int8_linear, packed
+from reference_eagle4.linears import int8_linear, packed
+from reference_eagle4.model import ModelArgs, RMSNorm, apply_rope
 
 HEADS = ("lowrank", "full")
 

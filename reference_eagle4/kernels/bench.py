@@ -25,7 +25,7 @@ import torch
 from reference_eagle4.kernels import available
 from reference_eagle4.kernels.lowrank_head import lowrank_topk_reference
 from reference_eagle4.kernels.tree_attention import MAX_TREE, pack_tree_mask, tree_attention_reference
-from reference_eagle4.model import ModelArgs, Transformer, rope_tables
+from reference_eagle4.model import ModelArgs, Transformer, TreeLayout, rope_tables
 
 N_HEADS, N_KV, HEAD_DIM = 32, 8, 128           # Llama-3-8B attention
 VOCAB, HIDDEN, RANK, TOPK = 131072, 4096, 256, 64
@@ -267,7 +267,7 @@ def tree_step(model: Transformer, cache, B: int, T: int, gen: torch.Generator) -
     masks = random_trees(B, T, gen).to(device)
     depths = masks.sum(-1) - 1
     tokens = torch.randint(0, model.args.vocab_size, (B, T), generator=gen).to(device)
-    return lambda: model(tokens, cache, tree_mask=masks, depths=depths)[0]
+    return lambda: model.verify(tokens, cache, TreeLayout(masks, depths))[0]
 
 
 def engine_steps(timer: Callable[..., float], contexts: list[int], batches: list[int],
@@ -283,8 +283,7 @@ def engine_steps(timer: Callable[..., float], contexts: list[int], batches: list
             n = ctx // 2 + int(torch.randint(0, ctx // 2 + 1, (1,), generator=gen))
             prompt = torch.randint(0, args.vocab_size, (1, n), generator=gen).to(device)
             cache.lengths[slot] = 0
-            model(prompt, cache, first_slot=slot, logits_rows=torch.zeros(1, n, dtype=torch.bool, device=device),
-                  exact=False)
+            model.prefill(prompt, cache, slot)
             cache.lengths[slot] = n
         for B in batches:
             for T in trees:

@@ -127,7 +127,8 @@ def build_features(regen_path: str | Path, target_folder: str | Path, out_path: 
                    log: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Load or compute the feature cache for the rows of `regen_path`."""
     from reference_eagle4.device import resolve_dtype
-    from reference_eagle4.model import load_transformer, pack_linears
+    from reference_eagle4.linears import pack_linears
+    from reference_eagle4.model import load_transformer
 
     if threads:
         torch.set_num_threads(threads)

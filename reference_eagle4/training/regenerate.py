@@ -77,7 +77,8 @@ def regenerate(pool_path: str | Path, out_path: str | Path, target_folder: str |
 
     from reference_eagle4.device import resolve_dtype
     from reference_eagle4.engine import Engine, GenerationConfig, Request
-    from reference_eagle4.model import load_transformer, pack_linears
+    from reference_eagle4.linears import pack_linears
+    from reference_eagle4.model import load_transformer
     from reference_eagle4.proposers import PROPOSERS
     from reference_eagle4.weights import eos_ids
 

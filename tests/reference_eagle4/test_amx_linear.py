@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 
 from reference_eagle4.kernels import amx_linear
-from reference_eagle4.model import PackedLinear, can_pack
+from reference_eagle4.linears import PackedLinear, can_pack
 
 needs_amx = pytest.mark.skipif(amx_linear.library() is None, reason="this CPU (or build) has no AMX")
 

@@ -299,7 +299,7 @@ def test_ablations_stay_lossless(bigram, options):
 def test_drafter_layer_runs_int8_weights_unless_asked_not_to(bigram):
     """On the CPU a bf16 drafter's layer streams int8 weights by default (`int8=off`: the model dtype's); an
     fp32 one keeps its own, which are faster there."""
-    from reference_eagle4.model import Int8Linear, int8_linear
+    from reference_eagle4.linears import Int8Linear, int8_linear
     t, _, _ = bigram
     if not isinstance(int8_linear(torch.nn.Linear(32, 32, bias=False).bfloat16()), Int8Linear):
         pytest.skip("this torch runs no int8 weights here")

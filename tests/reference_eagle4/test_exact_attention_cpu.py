@@ -4,9 +4,9 @@ the same whatever else the step holds, which is what makes greedy verification e
 import pytest
 import torch
 
-import reference_eagle4.model as model_mod
+import reference_eagle4.attention as attention_mod
 from reference_eagle4.kernels.exact_attention_cpu import exact_attention_cpu, library
-from reference_eagle4.model import float64_attention, visible_keys
+from reference_eagle4.attention import float64_attention, visible_keys
 
 
 def random_tree(T: int, g: torch.Generator) -> torch.Tensor:
@@ -81,7 +81,7 @@ def test_a_model_without_the_kernel_keeps_float64_attention(monkeypatch):
 
     model = tiny_target()
     assert model.exact_attention == "kernel" and model.new_cache(1, 8).k.dtype == torch.float32
-    monkeypatch.setattr(model_mod, "library", lambda: None)
+    monkeypatch.setattr(attention_mod, "library", lambda: None)
     assert model.exact_attention == "float64" and model.new_cache(1, 8).k.dtype == torch.float64
     with torch.no_grad():
         logits, _ = model(torch.tensor([[1, 2, 3]]), model.new_cache(1, 8))

@@ -277,6 +277,8 @@ def test_target_forward_through_the_kernel_equals_sdpa(triton_cpu):
     sys.path.insert(0, os.path.join(os.path.dirname(__file__)))
     from eagle4_helpers import tiny_target
 
+    from reference_eagle4.model import TreeLayout
+
     model = tiny_target()
     lengths, T = [3, 17, 9], 7
     results = []
@@ -291,7 +293,7 @@ def test_target_forward_through_the_kernel_equals_sdpa(triton_cpu):
         masks = torch.stack([random_tree_mask(T, g) for _ in lengths])
         depths = masks.sum(-1) - 1
         tokens = torch.randint(0, 256, (3, T), generator=g)
-        logits, _ = model(tokens, cache, tree_mask=masks, depths=depths)
+        logits, _ = model.verify(tokens, cache, TreeLayout(masks, depths))
         results.append((logits, cache.k.float()))
     model.attention = "auto"
     assert torch.allclose(results[0][0], results[1][0], atol=1e-4)

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from reference_eagle4.model import load_transformer, pack_linears
+from reference_eagle4.linears import pack_linears
+from reference_eagle4.model import TreeLayout, load_transformer
 from reference_eagle4.tree import DraftTree
 
 
@@ -44,8 +45,7 @@ def test_tree_node_logits_equal_the_logits_of_its_path(models):
     with torch.no_grad():
         ours(prefix, cache)
         cache.keep(0, torch.arange(12))
-        logits, _ = ours(torch.tensor([tree.tokens]), cache, tree_mask=tree.mask()[None],
-                         depths=torch.tensor([tree.depths]))
+        logits, _ = ours(torch.tensor([tree.tokens]), cache, TreeLayout(tree.mask()[None], torch.tensor([tree.depths])))
         for node in range(len(tree)):
             ref = hf(torch.cat([prefix, torch.tensor([path_to(tree, node)])], 1)).logits[0, -1]
             assert (logits[0, node] - ref).abs().max() < 1e-4, f"node {node}"
@@ -59,7 +59,7 @@ def test_keeping_an_accepted_branch_compacts_the_cache(models):
     with torch.no_grad():
         ours(prefix, cache)
         cache.keep(0, torch.arange(10))
-        ours(torch.tensor([tree.tokens]), cache, tree_mask=tree.mask()[None], depths=torch.tensor([tree.depths]))
+        ours(torch.tensor([tree.tokens]), cache, TreeLayout(tree.mask()[None], torch.tensor([tree.depths])))
         cache.keep(0, torch.tensor([0, 2, 3]))
         nxt, _ = ours(torch.tensor([[12]]), cache)
         ref = hf(torch.cat([prefix, torch.tensor([[4, 8, 10, 12]])], 1)).logits[0, -1]
@@ -82,7 +82,7 @@ def test_ragged_batch_equals_sequences_run_alone(models, packed):
         step = torch.tensor([[3, 4], [5, 0]])                       # second row is one real token + padding
         mask = torch.tensor([[[1, 0], [1, 1]], [[1, 0], [0, 1]]], dtype=torch.bool)
         valid = torch.tensor([[True, True], [True, False]]) if packed else None
-        out, hidden = ours(step, batch, tree_mask=mask, capture=(2,), valid=valid)
+        out, hidden = ours(step, batch, TreeLayout(mask, torch.arange(2).expand(2, 2), valid), capture=(2,))
         if packed:
             assert out.shape[0] == 3                                # logits for the real tokens only
             out = torch.stack([out[:2], torch.cat([out[2:], out[2:]])])
@@ -118,11 +118,11 @@ def test_packed_linears_keep_the_logits(tiny_target):
 
 def test_a_dtype_onednn_cannot_prepack_keeps_plain_linears(tiny_target, monkeypatch):
     """bf16 on a CPU without AVX512-BF16: packing must fall back to F.linear, not fail the run."""
-    from reference_eagle4 import model as model_mod
+    from reference_eagle4 import linears
 
-    monkeypatch.setitem(model_mod._PACKABLE, torch.float32, False)
+    monkeypatch.setitem(linears._PACKABLE, torch.float32, False)
     m = pack_linears(load_transformer(tiny_target))
-    assert not any(isinstance(x, model_mod.PackedLinear) for x in m.modules())
+    assert not any(isinstance(x, linears.PackedLinear) for x in m.modules())
     ids = torch.randint(0, 300, (1, 4), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         logits, _ = m(ids, m.new_cache(1, 8))
@@ -137,13 +137,13 @@ def test_verified_trees_reproduce_one_token_decoding_bit_for_bit(dtype, attentio
     length, keys crossing a chunk boundary. SDPA misses this in bf16 (tokens flip); the engine must not,
     with the C kernel or (where it cannot be built) float64 attention."""
     import sys
-    from reference_eagle4 import model as model_mod
+    from reference_eagle4 import attention as attention_mod
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).parent))
     from eagle4_helpers import tiny_target as random_target
 
     if attention == "float64":
-        monkeypatch.setattr(model_mod, "library", lambda: None)
+        monkeypatch.setattr(attention_mod, "library", lambda: None)
     model = pack_linears(random_target(seed=3).to(dtype))
     assert model.exact_attention == attention
     g = torch.Generator().manual_seed(6)
@@ -155,8 +155,7 @@ def test_verified_trees_reproduce_one_token_decoding_bit_for_bit(dtype, attentio
             model(p, batch, first_slot=slot)
             batch.keep(slot, torch.arange(p.shape[1]))
         tokens = torch.tensor([tree.tokens, tree.tokens])
-        logits, _ = model(tokens, batch, tree_mask=tree.mask()[None].expand(2, -1, -1),
-                          depths=torch.tensor([tree.depths] * 2))
+        logits, _ = model(tokens, batch, TreeLayout(tree.mask()[None].expand(2, -1, -1), torch.tensor([tree.depths] * 2)))
         for slot, p in enumerate(prefixes):
             for node in range(len(tree)):
                 alone = model.new_cache(1, 192)
@@ -174,7 +173,7 @@ def test_exact_rows_linears_compute_each_row_as_if_alone(dtype):
     at one row and, in bf16, above 32): shapes of SmolLM2's projections, 1 to 80 rows."""
     from torch import nn
 
-    from reference_eagle4.model import can_pack, packed
+    from reference_eagle4.linears import can_pack, packed
 
     if not can_pack(dtype):
         pytest.skip(f"oneDNN cannot prepack {dtype} on this CPU")
@@ -193,7 +192,7 @@ def test_int8_linear_is_close_to_the_linear_it_rounds():
     """Drafter linears with int8 weights (one scale per output row) stay within the rounding of the weights:
     every output is off by at most half a step of its row's scale times the input's L1 norm. Larger calls
     take the original weights, and fp32 layers never get int8 weights (slower there)."""
-    from reference_eagle4.model import Int8Linear, int8_linear
+    from reference_eagle4.linears import Int8Linear, int8_linear
     dtype = torch.bfloat16
     g = torch.Generator().manual_seed(0)
     lin = torch.nn.Linear(96, 40, bias=False)
