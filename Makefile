@@ -7,8 +7,8 @@ PY     := $(VENV)/bin/python
 SB     := $(VENV)/bin/specbench
 STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 
-# C = 1 on 32 prompts: one request's speedup spreads widely (harness L = 16: 3.0x +- 1.2 over the first 32), so
-# 12 left the mean +- 0.4x and two demos of the same code 2.39x and 2.63x apart (BENCHMARKS.md, session 27)
+# C = 1 on 32 prompts: one request's speedup spreads widely, so fewer prompts leave the mean too uncertain
+# (BENCHMARKS.md, "Current results")
 DEMO_LIMIT ?= 32
 # C = 8 on four times the prompts, in blocks of 16 requests that rotate through the variants: a C = 8 variant of
 # 24 prompts ran as one 15-20 s burst, minutes away from its vanilla, and took whatever the machine did then
@@ -45,8 +45,8 @@ test: setup browser
 test-slow: setup
 	$(PY) -m pytest -q -m slow
 
-# The reference comparison behind README's table (22-27 min on README's 2-core Xeon VM when quiet, 52-87 min when loaded, up to ~2 h on slower 2-core machines): calibrates this machine once
-# (a few minutes), then runs every method interleaved with vanilla at C = 1 and 8 on prompt-enhancement
+# The reference comparison behind README's table (about half an hour on a quiet 2-core CPU): calibrates this machine
+# once (a few minutes), then runs every method interleaved with vanilla at C = 1 and 8 on prompt-enhancement
 # (L = 4, 8, 16) and on the general set (L = 8, 16), and renders both into reports/.
 demo: setup
 	$(SB) calibrate --if-missing
