@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from reference_eagle4.drafters.eagle4 import Eagle4Drafter, load_drafter
+from reference_eagle4.drafters.eagle4_model import Eagle4Drafter, load_drafter
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DROPPED_KEYS = ("lowrank.A", "lowrank.B")

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from reference_eagle4.drafters.dflash import DFlashConfig, DFlashDrafter, load_dflash
-from reference_eagle4.drafters.eagle4 import Eagle4Config, Eagle4Drafter, load_drafter
+from reference_eagle4.drafters.dflash_model import DFlashConfig, DFlashDrafter, load_dflash
+from reference_eagle4.drafters.eagle4_model import Eagle4Config, Eagle4Drafter, load_drafter
 
 # Drafters shipped in the repository, keyed by target name.
 SHIPPED = Path(__file__).parent

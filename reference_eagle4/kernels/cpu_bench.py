@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from reference_eagle4.calibration import interleaved_ms
-from reference_eagle4.drafters.eagle4 import Eagle4Config, Eagle4Drafter
+from reference_eagle4.drafters.eagle4_model import Eagle4Config, Eagle4Drafter
 from reference_eagle4.kernels import row_ops
 from reference_eagle4.kernels.exact_attention_cpu import exact_attention_cpu
 from reference_eagle4.kernels.exact_attention_cpu import library as attention_library

@@ -24,8 +24,8 @@ from torch import Tensor
 
 from reference_eagle4.calibration import CostTable, table_for
 from reference_eagle4.drafters import DEFAULT_DFLASH, DEFAULT_DSPARK
-from reference_eagle4.drafters.dflash import DFlashDrafter, load_dflash
-from reference_eagle4.harness import TreePlanner
+from reference_eagle4.drafters.dflash_model import DFlashDrafter, load_dflash
+from reference_eagle4.planner import TreePlanner
 from reference_eagle4.proposers.base import (
     Proposer, dtype_option, load_drafter_folder, register, target_embedding_and_head)
 from reference_eagle4.tree import DraftTree

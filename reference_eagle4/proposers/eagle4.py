@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from reference_eagle4.drafters import DEFAULT_EAGLE4
-from reference_eagle4.drafters.eagle4 import Eagle4Drafter, load_drafter
+from reference_eagle4.drafters.eagle4_model import Eagle4Drafter, load_drafter
 from reference_eagle4.linears import Int8Linear
 from reference_eagle4.proposers.base import (
     Proposer, dtype_option, flag_option, load_drafter_folder, register, target_embedding_and_head)

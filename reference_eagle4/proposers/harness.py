@@ -38,7 +38,7 @@ from torch import Tensor
 from reference_eagle4.calibration import CostTable, table_for
 from reference_eagle4.datastore import Datastore
 from reference_eagle4.drafters import DEFAULT_DATASTORE
-from reference_eagle4.harness import TreePlanner
+from reference_eagle4.planner import TreePlanner
 from reference_eagle4.proposers.base import flag_option, register
 from reference_eagle4.proposers.eagle4 import Eagle4Proposer
 from reference_eagle4.proposers.ngram import ContextIndexes, LookupAcceptance

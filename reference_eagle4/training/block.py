@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from reference_eagle4.drafters.dflash import DFlashConfig, DFlashDrafter
+from reference_eagle4.drafters.dflash_model import DFlashConfig, DFlashDrafter
 from reference_eagle4.training.train import HeadSoftCE, TrainConfig, draft_index
 
 
@@ -126,7 +126,7 @@ def init_backbone(d: DFlashDrafter, folder: str) -> None:
     """Start from a trained drafter's backbone (e.g. DSpark from DFlash): every tensor the two share by name
     and shape is copied; the rest (DSpark's heads) keeps its fresh initialisation. The draft vocabularies
     must agree, since the head rows are indexed through them."""
-    from reference_eagle4.drafters.dflash import load_dflash
+    from reference_eagle4.drafters.dflash_model import load_dflash
 
     src = load_dflash(folder)
     if (src.d2t is None) != (d.d2t is None) or (src.d2t is not None and not torch.equal(src.d2t, d.d2t)):

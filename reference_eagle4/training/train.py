@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from reference_eagle4.device import resolve_dtype
-from reference_eagle4.drafters.eagle4 import Eagle4Config, Eagle4Drafter
+from reference_eagle4.drafters.eagle4_model import Eagle4Config, Eagle4Drafter
 
 
 @dataclass
@@ -276,7 +276,7 @@ def continue_from(d: Eagle4Drafter, folder: str) -> None:
     """Start from a trained EAGLE-4 drafter: more training on new data costs a fraction of starting over.
     Shape, window and draft vocabulary must match (the low-rank head rows are indexed through it); a wider MLP
     than the saved one grows it (`grow_mlp`), so added capacity starts from what was already learnt."""
-    from reference_eagle4.drafters.eagle4 import load_drafter
+    from reference_eagle4.drafters.eagle4_model import load_drafter
 
     src = load_drafter(folder)
     keys = ("hidden_size", "intermediate_size", "capture_layers", "window", "rank", "topk_candidates",
@@ -356,7 +356,7 @@ def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: Train
         ck_vocab = torch.load(ckpt_path, weights_only=False)["drafter"].get("d2t") \
             if resume and ckpt_path.exists() else None
         if ck_vocab is None and kind == "eagle4" and cfg.init_from:
-            from reference_eagle4.drafters.eagle4 import load_drafter
+            from reference_eagle4.drafters.eagle4_model import load_drafter
             ck_vocab = load_drafter(cfg.init_from).d2t
         d2t = ck_vocab if ck_vocab is not None else draft_vocab(samples, cfg.vocab, target.args.vocab_size)
     head_w = head.to(resolve_dtype(cfg.dtype)).contiguous()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from reference_eagle4.drafters.eagle4 import Eagle4Config, Eagle4Drafter
+from reference_eagle4.drafters.eagle4_model import Eagle4Config, Eagle4Drafter
 from reference_eagle4.model import ModelArgs, Transformer, rope_tables
 
 TINY = ModelArgs(dim=64, n_layers=8, n_heads=4, n_kv_heads=2, head_dim=16, intermediate=128, vocab_size=256,

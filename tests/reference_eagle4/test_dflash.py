@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from eagle4_helpers import bigram_target, one_thread  # noqa: E402,F401
 
 from reference_eagle4.calibration import CostTable  # noqa: E402
-from reference_eagle4.drafters.dflash import DFlashConfig, DFlashDrafter, load_dflash  # noqa: E402
+from reference_eagle4.drafters.dflash_model import DFlashConfig, DFlashDrafter, load_dflash  # noqa: E402
 from reference_eagle4.engine import Engine, GenerationConfig, Request, Sequence  # noqa: E402
 from reference_eagle4.proposers import PROPOSERS  # noqa: E402
 from reference_eagle4.training.block import BlockObjective  # noqa: E402

@@ -14,7 +14,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from eagle4_helpers import bigram_drafter, bigram_target, one_thread, tiny_drafter, tiny_target  # noqa: E402,F401
 
-from reference_eagle4.drafters.eagle4 import Eagle4Config, Eagle4Drafter, load_drafter  # noqa: E402
+from reference_eagle4.drafters.eagle4_model import Eagle4Config, Eagle4Drafter, load_drafter  # noqa: E402
 from reference_eagle4.engine import Engine, GenerationConfig, Request  # noqa: E402
 from reference_eagle4.proposers import PROPOSERS  # noqa: E402
 from reference_eagle4.proposers.eagle4 import Eagle4Proposer  # noqa: E402

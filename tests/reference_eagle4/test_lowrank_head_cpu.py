@@ -4,7 +4,7 @@ best low-rank candidates by their exact logits, with their log-probabilities."""
 import pytest
 import torch
 
-from reference_eagle4.drafters.eagle4 import Eagle4Config, Eagle4Drafter
+from reference_eagle4.drafters.eagle4_model import Eagle4Config, Eagle4Drafter
 from reference_eagle4.kernels import lowrank_head_cpu
 from reference_eagle4.kernels.lowrank_head_cpu import LowrankHeadCPU
 

@@ -178,7 +178,7 @@ def test_draft_vocabulary_training(data, tmp_path):
                      progress=False)
     assert d.cfg.draft_vocab_size == 64 and torch.equal(d.d2t, vocab)
     d.save(tmp_path / "export")
-    from reference_eagle4.drafters.eagle4 import load_drafter
+    from reference_eagle4.drafters.eagle4_model import load_drafter
     e = load_drafter(tmp_path / "export")
     assert torch.equal(e.d2t, vocab) and e.lowrank_ready
 

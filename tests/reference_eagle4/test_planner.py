@@ -1,7 +1,7 @@
 """The harness's tree size follows the measured cost table, the batch size and the draft confidence."""
 
 from reference_eagle4.calibration import CostTable
-from reference_eagle4.harness import TreePlanner
+from reference_eagle4.planner import TreePlanner
 
 TOKENS = [1, 2, 4, 8, 16, 32, 64]
 

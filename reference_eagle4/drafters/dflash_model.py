@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from reference_eagle4.drafters.eagle4 import LayerShape, copy_weights, rope_cos_sin, target_shape
+from reference_eagle4.drafters.eagle4_model import LayerShape, copy_weights, rope_cos_sin, target_shape
 from reference_eagle4.linears import packed
 from reference_eagle4.model import ModelArgs, RMSNorm, apply_rope
 
@@ -144,7 +144,7 @@ class DFlashDrafter(nn.Module):
         if not torch.backends.mkldnn.is_available() or self.mask_embedding.device.type != "cpu" \
                 or not isinstance(self.fc, nn.Linear):
             return self
-        from reference_eagle4.drafters.eagle4 import _packed_from_weight
+        from reference_eagle4.drafters.eagle4_model import _packed_from_weight
         for mod in [self, *self.layers]:
             for name, child in list(mod.named_children()):
                 if isinstance(child, nn.Linear) and name != "confidence":
