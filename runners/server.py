@@ -320,7 +320,7 @@ class ServerRunner:
         return dict(settings.options or {})
 
     def _ensure_server(self, session: Session) -> str | None:
-        """Base URL of a healthy server for this session; None when a server that answered before is gone."""
+        """Base URL of a healthy server for this variant; None when a server that answered before is gone."""
         opts = self._options(session.settings)
         if self.endpoint is None and (self._proc is None or self._proc_cmd != session.command
                                       or self._proc.poll() is not None):

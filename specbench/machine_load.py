@@ -64,7 +64,7 @@ class LoadMeter:
             return
         t0, self._t0 = self._t0, None
         self.wall_s += t1.wall - t0.wall
-        # clock ticks are coarse (10 ms): a window's own time can exceed the machine's by a tick
+        # /proc counts whole clock ticks: a window's own time can exceed the machine's by a tick
         self.foreign_s += max(0.0, (t1.busy - t0.busy) - (t1.own - t0.own))
         self.steal_s += t1.steal - t0.steal
 

@@ -1,22 +1,28 @@
-"""`specbench summarize` and `specbench report`: the CLI face of specbench.analysis and specbench.report."""
+"""`specbench summarize` and `specbench report`: the CLI face of specbench.analysis and specbench.report.
+
+pandas, matplotlib and the report templates are imported by the commands that use them, so every other
+command starts without them.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from specbench.analysis.frame import summaries_frame
 from specbench.analysis.metrics import speedups, summarize_run
-from specbench.report import fmt, render_report
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
+    from specbench.report import fmt
+
     return fmt(value, spec, scale, dash="-")              # the terminal's tables stay ASCII
 
 
@@ -45,7 +51,7 @@ def print_unsquashed(table: Table) -> None:
     (Console(width=natural) if natural > console.width else console).print(table)
 
 
-def write_frame(frame: pd.DataFrame, csv: Path | None = None, parquet: Path | None = None) -> None:
+def write_frame(frame: "pd.DataFrame", csv: Path | None = None, parquet: Path | None = None) -> None:
     """The results table as files a notebook reads back with `pandas.read_csv` / `read_parquet`."""
     for path, write in ((csv, frame.to_csv), (parquet, frame.to_parquet)):
         if path is not None:
@@ -69,6 +75,8 @@ def register(app: typer.Typer) -> None:
         else:
             print_unsquashed(summary_table(summaries))
         if csv or parquet:
+            from specbench.analysis.frame import summaries_frame
+
             write_frame(summaries_frame(summaries), csv=csv, parquet=parquet)
 
     @app.command()
@@ -77,5 +85,7 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("reports"), "--out", help="Folder for leaderboard.md, index.html and plots."),
     ) -> None:
         """Leaderboard (Markdown + HTML + plots) of one or more runs, rebuilt from their records."""
+        from specbench.report import render_report
+
         for path in render_report(run_dirs, out):
             typer.echo(str(path))

@@ -34,7 +34,7 @@ def test_run_writes_manifest_and_one_record_per_request(tiny_target, tmp_path):
 
 def test_run_keeps_c_requests_in_flight_until_the_queue_runs_dry(tiny_target, tmp_path, monkeypatch):
     """The engine gets every request at once, so a request starts as soon as a slot frees; groups of C, each
-    drained before the next began, measured C = 8 at 5.5-5.7 requests in flight."""
+    drained before the next began, left slots idle at every group's end."""
     from specbench.runners.reference.runner import ReferenceRunner
 
     handed: list[int] = []
