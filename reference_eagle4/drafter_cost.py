@@ -59,7 +59,8 @@ def propose_ms(target: "Transformer", context: list[int], variants: dict[str, di
                 c, (k, v, pos, nxt, R) = p.cache, snapshot
                 c.k, c.v, c.pos, c.next, c.R = k.clone(), v.clone(), pos.clone(), nxt.clone(), R
                 for b, s in enumerate(seqs):
-                    s.state = (torch.cat([h[b, n - pending:] for h in hidden], -1), ids[b, n - pending:].clone())
+                    s.state.pending_features = torch.cat([h[b, n - pending:] for h in hidden], -1)
+                    s.state.pending_tokens = ids[b, n - pending:].clone()
                 t0 = time.perf_counter()
                 p.propose(seqs)
                 if r >= warmup:

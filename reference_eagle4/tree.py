@@ -3,11 +3,15 @@
 Node 0 is the root: the last emitted token, not yet in the target's KV cache. Nodes are stored parents
 first, so a node's ancestors always precede it; a chain is the tree whose parents are 0, 1, 2, ...
 The budget L of a step is the number of nodes, root included.
+
+`Candidates` are the nodes a tree drafter recorded before choosing its trees: each sequence's tree is
+the best-scored prefix of them (`Candidates.trees`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -60,3 +64,33 @@ class DraftTree:
 
     def is_chain(self) -> bool:
         return all(p == i - 1 for i, p in enumerate(self.parents))
+
+
+class Candidates(NamedTuple):
+    """Every node a step's drafting recorded, per sequence, as [B, n] tensors in record order (a node's
+    parent is recorded before it)."""
+
+    scores: Tensor       # cumulative log-probability: log P_v, the chance the target accepts the node's path
+    tokens: Tensor       # target token ids
+    parents: Tensor      # the parent's record, -1 for a child of the root
+
+    @classmethod
+    def empty(cls, batch: int) -> "Candidates":
+        """No recorded nodes (a step that does not run the drafter)."""
+        none = torch.empty(batch, 0)
+        return cls(none, none.long(), none.long())
+
+    def trees(self, roots: list[int], sizes: list[int]) -> list[DraftTree]:
+        """Each sequence's tree: the root and its sizes[b] best-scored records (stable, so a parent wins a tie
+        with its child and the set is closed under ancestors), parents first."""
+        n = self.scores.shape[1]
+        # Python lists: a dozen tensor calls on [B, ~100] cost more than sorting ~100 floats per sequence
+        trees = []
+        for root, size, scores, tokens, parents in zip(roots, sizes, self.scores.tolist(), self.tokens.tolist(),
+                                                       self.parents.tolist()):
+            best = sorted(range(n), key=scores.__getitem__, reverse=True)[:size]
+            chosen = sorted(best)                              # records in order: parents before children
+            node = {record: i for i, record in enumerate(chosen, 1)}
+            trees.append(DraftTree([root, *(tokens[r] for r in chosen)],
+                                   [-1, *(node.get(parents[r], 0) for r in chosen)]))
+        return trees

@@ -1,32 +1,42 @@
-"""EAGLE-4 proposers: `eagle4-chain` (N = L-1 greedy drafts) and `eagle4-tree` (static EAGLE-2 tree).
+"""EAGLE-4 proposers: `eagle4-chain` (N = L-1 greedy drafts) and `eagle4-tree` (static EAGLE-2 tree), and
+the level-by-level drafting that `eagle4-harness` shares with them.
 
 Per engine slot the drafter keeps its own KV cache as a ring of the last W positions (W = the sliding
 window; full attention grows a plain buffer instead). After prefill and after each step the engine hands
 the target's hidden states of the new tokens; the drafter pairs the feature at position t with the token
-at t+1 (EAGLE alignment) and processes those pairs at the start of the next `propose`, one batched
-"catch-up" forward for every live sequence, whose last row predicts the first draft level. Every further
-draft level is one batched drafter forward over all sequences' frontier nodes with tree attention
-(ancestors + self among the drafted nodes, the window over the accepted context). Tree K/V live only for
-the step; the next step recomputes the accepted tokens from the target's features.
+at t+1 (EAGLE alignment) and keeps those pairs on the sequence's `SequenceState` until the next drafting
+step, whose one batched "catch-up" forward for every live sequence writes them into the cache; its last
+row predicts the first draft level. Every further draft level is one batched drafter forward over all
+sequences' frontier nodes with tree attention (ancestors + self among the drafted nodes, the window over
+the accepted context). Tree K/V live only for the step; the next step recomputes the accepted tokens from
+the target's features.
 
-Tree (EAGLE-2): the top_k children of the root; at each level every frontier node expands top_k children
-scored by cumulative log-probability and the global top_k become the next frontier; finally the L-1 best
-recorded nodes (stable sort, so a parent wins ties with its child: the set is closed under ancestors) are
-emitted parents first. Expansion stops early once no frontier node can beat the current (L-1)-th best,
-which gives the same tree. The chain is the same procedure with top_k = 1.
+A `TreePolicy` makes the drafting loop's decisions: whether a step runs the drafter at all, whether to
+draft another level, which candidates to add to the drafter's, and how many nodes each sequence verifies.
+Each `propose` call starts a `DraftStep` (the policy's per-step state), which the loop updates as it drafts
+and passes to every decision. `StaticTree` is the policy of `eagle4-tree` and `eagle4-chain`; the
+cost-aware policy of `eagle4-harness` is in harness.py.
 
-Candidates are deterministic, so verification is lossless whatever the drafter proposes (brief §3b).
-That is also why, on the CPU, the drafter's layer keeps int8 weights (`int8`, on by default; `--option
-int8=off` keeps the model dtype) for its calls of a few rows: they run right after a target forward has
-evicted the weights from the caches, so they cost the bytes they stream, and int8 halves those bytes
-(larger calls take the model dtype's prepacked weights, `Int8Linear`).
+Static tree (EAGLE-2): the top_k children of the root; at each level every frontier node expands top_k
+children scored by cumulative log-probability and the global top_k become the next frontier; finally the
+L-1 best recorded nodes (stable sort, so a parent wins ties with its child: the set is closed under
+ancestors) are emitted parents first. Expansion stops early once no frontier node can beat the current
+(L-1)-th best, which gives the same tree. The chain is the same procedure with top_k = 1.
+
+Verification is lossless whatever the drafter proposes: candidates are deterministic and each emitted token
+is drawn from the target's own distribution (verify.py). That is also why, on the CPU, the drafter's layer
+keeps int8 weights (`int8`, on by default; `--option int8=off` keeps the model dtype) for its calls of a few
+rows: they run right after a target forward has evicted the weights from the caches, so they cost the bytes
+they stream, and int8 halves those bytes (larger calls take the model dtype's prepacked weights,
+`Int8Linear`).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import Tensor
@@ -36,7 +46,8 @@ from reference_eagle4.drafters.eagle4_model import Eagle4Drafter, load_drafter
 from reference_eagle4.linears import Int8Linear
 from reference_eagle4.proposers.base import (
     Proposer, dtype_option, flag_option, load_drafter_folder, register, target_embedding_and_head)
-from reference_eagle4.tree import DraftTree
+from reference_eagle4.retrieval import SequenceRetrieval
+from reference_eagle4.tree import Candidates, DraftTree
 
 if TYPE_CHECKING:
     from reference_eagle4.engine import Sequence
@@ -51,7 +62,7 @@ class DrafterCache:
         self.ring = ring
         self.R = ring or capacity
         self.nkv, self.hd, self.dtype, self.device = nkv, hd, dtype, device
-        self.k = torch.zeros(slots, nkv, self.R, hd, dtype=dtype, device=device)
+        self.k = torch.zeros(slots, nkv, self.R, hd, dtype=dtype, device=device)     # [slot, kv_head, R, hd]
         self.v = torch.zeros_like(self.k)
         self.pos = torch.full((slots, self.R), -1, dtype=torch.long, device=device)   # -1 = empty
         self.next = torch.zeros(slots, dtype=torch.long, device=device)             # next pair position
@@ -83,8 +94,86 @@ class DrafterCache:
         return pos % self.R
 
 
+@dataclass
+class SequenceState:
+    """An EAGLE-4 proposer's state for one sequence, on `seq.state`."""
+
+    pending_features: Tensor | None = None       # [n, 3H] target features of pairs not yet in the drafter's cache
+    pending_tokens: Tensor | None = None         # [n] the token that follows each of those positions
+    retrieval: SequenceRetrieval | None = None   # eagle4-harness: the lookup index and this step's drafts
+
+
+@dataclass
+class DraftStep:
+    """One `propose` call: what the drafting loop has done so far, passed to the policy at each decision."""
+
+    seqs: list["Sequence"]
+    levels: int = 0                  # draft levels drafted (the catch-up's last row gives level 1)
+    level_ms: float = 0.0            # wall time of the last drafter pass (level 1's includes the catch-up)
+    spent_ms: float = 0.0            # drafting time spent so far this step
+    scores: list[Tensor] = field(default_factory=list)   # per level, [B, n]: each recorded node's log P_v
+    frontier: Tensor | None = None   # [B, k] log P_v of the nodes the next level would expand, best first
+    best_child: Tensor | None = None  # [B] conditional log-probability of the best child at the last level
+
+
+class TreePolicy(Protocol):
+    """The decisions of the drafting loop. `start` makes the step's state; the loop fills in the base fields
+    of `DraftStep` and passes the same object to every other call of the step."""
+
+    def start(self, seqs: list["Sequence"]) -> DraftStep: ...
+
+    def use_drafter(self, step: DraftStep) -> bool:
+        """Run the drafter this step (False: verify the policy's own candidates alone)."""
+
+    def keep_drafting(self, step: DraftStep) -> bool:
+        """Draft one more level after `step.levels`."""
+
+    def candidates(self, step: DraftStep, drafted: Candidates) -> Candidates:
+        """The drafter's candidates plus any the policy adds."""
+
+    def tree_sizes(self, step: DraftStep, scores: Tensor) -> list[int]:
+        """Drafted nodes each sequence verifies (root excluded, at most L-1), given every candidate's log P_v [B, n]."""
+
+    def tree_info(self, step: DraftStep) -> dict[str, float]:
+        """Facts every tree of the step records with the step (empty: none)."""
+
+
+class StaticTree:
+    """eagle4-tree and eagle4-chain: up to `depth` levels, stopping early once no frontier node can enter the
+    L-1 best (the same tree, drafted sooner); every sequence verifies its L-1 best nodes."""
+
+    def __init__(self, budget: int, depth: int, early_stop: bool) -> None:
+        self.budget, self.depth, self.early_stop = budget, depth, early_stop
+
+    def start(self, seqs: list["Sequence"]) -> DraftStep:
+        return DraftStep(seqs)
+
+    def use_drafter(self, step: DraftStep) -> bool:
+        return True
+
+    def keep_drafting(self, step: DraftStep) -> bool:
+        if step.levels >= self.depth:
+            return False
+        n_draft = self.budget - 1
+        if self.early_stop and sum(s.shape[1] for s in step.scores) >= n_draft:
+            kth = torch.cat(step.scores, 1).topk(n_draft, dim=-1).values[:, -1]
+            if bool((step.frontier[:, 0] <= kth).all()):
+                return False
+        return True
+
+    def candidates(self, step: DraftStep, drafted: Candidates) -> Candidates:
+        return drafted
+
+    def tree_sizes(self, step: DraftStep, scores: Tensor) -> list[int]:
+        return [self.budget - 1] * scores.shape[0]
+
+    def tree_info(self, step: DraftStep) -> dict[str, float]:
+        return {}
+
+
 class Eagle4Proposer(Proposer):
-    """Shared machinery; the registered subclasses fix top_k/depth defaults."""
+    """The EAGLE-4 drafter behind a `TreePolicy` (`StaticTree` by default); the registered subclasses fix
+    top_k/depth defaults, and `eagle4-harness` passes its own policy."""
 
     default_top_k = 8
     default_depth: int | None = None          # None: L-1
@@ -112,6 +201,7 @@ class Eagle4Proposer(Proposer):
         self.depth = max(1, min(depth, max(n, 1)))
         self.dtype = dtype_option(dtype)
         self.early_stop = early_stop
+        self.policy: TreePolicy = StaticTree(budget, self.depth, early_stop)
         self.capture = tuple(self.drafter.cfg.capture_layers)
         self.cache: DrafterCache | None = None
         self.target = None
@@ -167,14 +257,15 @@ class Eagle4Proposer(Proposer):
         self.cache.reset(seq.slot)
         if P > 1:       # all but the last pair now (alone); the last one rides with the next batched catch-up
             self._catch_up([seq.slot], [feats[:-1]], [toks[:-1]], last=False)
-        seq.state = (feats[-1:], toks[-1:])
+        seq.state = SequenceState(feats[-1:], toks[-1:])
 
     def accepted(self, seq: "Sequence", path: list[int], hidden: list[Tensor]) -> None:
         n = len(path)
         feats, toks = torch.cat(hidden, dim=-1), torch.tensor(seq.tokens[-n:], device=hidden[0].device)
-        if seq.state is not None:           # a step that did not draft left its pairs for the next catch-up
-            feats, toks = torch.cat([seq.state[0], feats]), torch.cat([seq.state[1], toks])
-        seq.state = (feats, toks)
+        state = seq.state
+        if state.pending_features is not None:      # a step that did not draft left its pairs for the next catch-up
+            feats, toks = torch.cat([state.pending_features, feats]), torch.cat([state.pending_tokens, toks])
+        state.pending_features, state.pending_tokens = feats, toks
 
     def moved(self, seq: "Sequence", old_slot: int, new_slot: int) -> None:
         if self.cache is not None:
@@ -190,163 +281,148 @@ class Eagle4Proposer(Proposer):
             raise RuntimeError("EAGLE-4 proposer is not bound to a target (Engine binds it; or pass target=)")
 
     # -- drafting ----------------------------------------------------------------------------------------
+    def catch_up(self, seqs: list["Sequence"]) -> Tensor:
+        """Write every sequence's pending pairs into its slot of the drafter's cache (one batched pass) and
+        return each last pair's pre-norm output [B, H], which the first draft level reads."""
+        last = self._catch_up([s.slot for s in seqs], [s.state.pending_features for s in seqs],
+                              [s.state.pending_tokens for s in seqs])
+        for s in seqs:
+            s.state.pending_features = s.state.pending_tokens = None
+        return last
+
     def _catch_up(self, slots: list[int], feats: list[Tensor], toks: list[Tensor],
                   last: bool = True) -> Tensor | None:
-        """Process pending (feature, next token) pairs for each slot: their keys and values join the slot's
-        cache. With `last`, also return the last pair's pre-norm output [B, H], which the first draft level
-        reads. The other pairs' outputs feed nothing (a one-layer drafter's keys and values come from its
-        inputs alone), so only the last pair attends and runs the MLP, and the pairs of all sequences go
-        through the linears as one set of rows, unpadded."""
-        d, c = self.drafter, self.cache
+        """Process pending (feature [n, 3H], next token [n]) pairs for each slot: their keys and values join
+        the slot's cache. With `last`, also return the last pair's pre-norm output [B, H]. The other pairs'
+        outputs feed nothing (a one-layer drafter's keys and values come from its inputs alone), so only the
+        last pair attends and runs the MLP, and the pairs of all sequences go through the linears as one set
+        of rows, unpadded."""
+        drafter, cache = self.drafter, self.cache
         dev = feats[0].device
-        if c.ring:              # a long prompt's pairs: only the last R reach the ring (and none collide there)
-            skip = [max(0, f.shape[0] - c.R) for f in feats]
+        if cache.ring:          # a long prompt's pairs: only the last R reach the ring (and none collide there)
+            skip = [max(0, f.shape[0] - cache.R) for f in feats]
             feats, toks = [f[s:] for f, s in zip(feats, skip)], [t[s:] for t, s in zip(toks, skip)]
         else:
             skip = [0] * len(feats)
-        n = torch.tensor([f.shape[0] for f in feats], device=dev)
-        slot_t = torch.tensor(slots, device=dev)
-        c.ensure(max(slots) + 1, 0)
-        start = c.next[slot_t] + torch.tensor(skip, device=dev)
-        c.ensure(max(slots) + 1, int((start + n).max()) + 1)
-        seq = torch.repeat_interleave(torch.arange(len(slots), device=dev), n)        # each row's sequence
-        ends = n.cumsum(0)
-        pos = start[seq] + torch.arange(int(ends[-1]), device=dev) - (ends - n)[seq]
-        h, xin = d.inputs(torch.cat(feats).to(c.dtype), torch.cat(toks), fuse=True)      # [N, H], [N, 2H]
-        entry = c.rows(pos)
-        q = d.project_rows(xin, pos, c.k, c.v, slot_t[seq], entry)
-        c.pos[slot_t[seq], entry] = pos
-        c.next[slot_t] = start + n
+        counts = torch.tensor([f.shape[0] for f in feats], device=dev)                  # [B] pairs per slot
+        slot_ids = torch.tensor(slots, device=dev)
+        cache.ensure(max(slots) + 1, 0)
+        start = cache.next[slot_ids] + torch.tensor(skip, device=dev)                   # [B] first pair's position
+        cache.ensure(max(slots) + 1, int((start + counts).max()) + 1)
+        row_seq = torch.repeat_interleave(torch.arange(len(slots), device=dev), counts)  # [N] each row's sequence
+        ends = counts.cumsum(0)
+        pos = start[row_seq] + torch.arange(int(ends[-1]), device=dev) - (ends - counts)[row_seq]     # [N]
+        residual, layer_in = drafter.inputs(torch.cat(feats).to(cache.dtype), torch.cat(toks), fuse=True)  # [N, H], [N, 2H]
+        entry = cache.rows(pos)
+        queries = drafter.project_rows(layer_in, pos, cache.k, cache.v, slot_ids[row_seq], entry)
+        cache.pos[slot_ids[row_seq], entry] = pos
+        cache.next[slot_ids] = start + counts
         if not last:
             return None
         # the slot's cache now holds the window of the last pair (a ring of W entries: exactly its window)
-        tip = ends - 1
-        attn = d.attend_cached(q[tip][:, None], pos[tip][:, None], (c.k, c.v, c.pos, slot_t), inclusive=True)
-        return d.finish(h[tip][:, None], attn)[:, 0]
+        tip = ends - 1                                                                   # [B] each last pair's row
+        attn = drafter.attend_cached(queries[tip][:, None], pos[tip][:, None],
+                                     (cache.k, cache.v, cache.pos, slot_ids), inclusive=True)
+        return drafter.finish(residual[tip][:, None], attn)[:, 0]
 
     def propose(self, seqs: list["Sequence"]) -> list[DraftTree]:  # type: ignore[override]
         self._need_bound()
-        slots = [s.slot for s in seqs]
-        t0 = time.perf_counter()
-        last = self._catch_up(slots, [s.state[0] for s in seqs], [s.state[1] for s in seqs])
-        for s in seqs:
-            s.state = None
+        policy = self.policy
+        step = policy.start(seqs)
         roots = [s.tokens[-1] for s in seqs]
-        n_draft = self.budget - 1
-        if n_draft <= 0:
-            return [DraftTree([r], [-1]) for r in roots]
-        return self._draft(slots, last, roots, n_draft, 1000 * (time.perf_counter() - t0))
-
-    # -- hooks of the level loop (the static tree here; `eagle4-harness` overrides them) ------------------
-    def _keep_drafting(self, level: int, scores: list[Tensor], frontier: Tensor, top1: Tensor,
-                       level_ms: float) -> bool:
-        """Called before drafting depth level+1. level: the depth drafted so far (1 after the catch-up);
-        scores: cumulative log-probabilities of every recorded node, one [B, n] tensor per depth; frontier:
-        [B, k] scores of the nodes the next level would expand, best first; top1: [B] conditional
-        log-probability of the best child at the last level; level_ms: wall time of the last drafter pass.
-        Static tree: up to `depth`, stopping once no frontier node can enter the L-1 best (same tree)."""
-        if level >= self.depth:
-            return False
-        n_draft = self.budget - 1
-        if self.early_stop and sum(s.shape[1] for s in scores) >= n_draft:
-            kth = torch.cat(scores, 1).topk(n_draft, dim=-1).values[:, -1]
-            if bool((frontier[:, 0] <= kth).all()):
-                return False
-        return True
-
-    def _candidates(self, scores: Tensor, tokens: Tensor, parents: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Every recorded node as [B, n] (cumulative log-probability, token, parent record or -1 for a
-        child of the root). The static tree verifies the drafter's own; the harness adds lookup drafts."""
-        return scores, tokens, parents
-
-    def _tree_sizes(self, scores: Tensor) -> list[int]:
-        """Drafted nodes each sequence verifies (root excluded) given every candidate's cumulative
-        log-probability [B, n], at most L-1: the static tree takes L-1."""
-        return [self.budget - 1] * scores.shape[0]
-
-    def _draft(self, slots: list[int], last: Tensor, roots: list[int], n_draft: int,
-               catch_up_ms: float = 0.0) -> list[DraftTree]:
-        d, c = self.drafter, self.cache
-        B, H = last.shape
-        dev, dt = last.device, c.dtype
-        k = self.top_k
-        cfg = d.cfg
-        nkv, hd = cfg.num_key_value_heads, cfg.head_dim
-        slot_t = torch.tensor(slots, device=dev)
-        p_last = c.next[slot_t] - 1                                                   # [B]
-        ring = (c.k, c.v, c.pos, slot_t)
-
-        logp, ids = d.topk(last, k)                                                   # [B, k]
-        scores = [logp]
-        tokens = [ids]
-        parents = [torch.full((B, k), -1, dtype=torch.long, device=dev)]
-        n_rec = k
-        f_score, f_tok, f_rec = logp, ids, torch.arange(k, device=dev).expand(B, k)
-        f_h = last[:, None, :].expand(B, k, H)
-        f_buf = torch.full((B, k), -1, dtype=torch.long, device=dev)                 # parent's tree-buffer row
-        n_max = k * max(self.depth - 1, 0)
-        tk = torch.empty(B, nkv, max(n_max, 1), hd, dtype=dt, device=dev)
-        tv = torch.empty_like(tk)
-        anc = torch.zeros(B, max(n_max, 1), max(n_max, 1), dtype=torch.bool, device=dev)
-        eye = torch.eye(k, dtype=torch.bool, device=dev)
-        bidx = torch.arange(B, device=dev)[:, None]
-        row_seq = bidx.expand(B, k).reshape(-1)                                      # a level's rows: b, b, ...
-        top1, level_ms, level = logp[:, 0], catch_up_ms, 1
-        while self._keep_drafting(level, scores, f_score, top1, level_ms):
+        if not policy.use_drafter(step):
+            drafted = Candidates.empty(len(seqs))
+        else:
             t0 = time.perf_counter()
-            n0 = (level - 1) * k
-            if n0 + k > tk.shape[2]:                 # a subclass may draft deeper than `depth`
-                grow = n0 + k
-                tk = torch.cat([tk, tk.new_empty(B, nkv, grow, hd)], 2)
-                tv = torch.cat([tv, tv.new_empty(B, nkv, grow, hd)], 2)
-                anc2 = anc.new_zeros(B, anc.shape[1] + grow, anc.shape[2] + grow)
-                anc2[:, : anc.shape[1], : anc.shape[2]] = anc
-                anc = anc2
-            qpos = (p_last + level)[:, None].expand(B, k)
-            h, xin = d.inputs(f_h.contiguous(), f_tok, fuse=False)
-            q = d.project_rows(xin.view(B * k, -1), qpos.reshape(-1), tk, tv, row_seq,
-                               torch.arange(n0, n0 + k, device=dev).repeat(B))
-            if level > 1:      # ancestors of each new node = its parent's row
-                anc[:, n0: n0 + k, :n0] = anc[bidx, f_buf, :n0]
-            anc[:, n0: n0 + k, n0: n0 + k] = eye
-            attn = d.attend_cached(q.view(B, k, *q.shape[1:]), qpos, ring, tree=(tk, tv, anc[:, n0: n0 + k, : n0 + k]))
-            out = d.finish(h, attn)                                                   # [B, k, H]
-            lp, cid = d.topk(out.reshape(B * k, H), k)
-            lp = lp.view(B, k, k)
-            top1 = lp[:, 0, 0]
-            cu = (f_score[:, :, None] + lp).reshape(B, k * k)
-            cid = cid.view(B, k * k)
-            par = f_rec[:, :, None].expand(B, k, k).reshape(B, k * k)
-            scores.append(cu)
-            tokens.append(cid)
-            parents.append(par)
-            # next frontier: the global top-k of this level's k*k candidates
-            f_score, sel = cu.topk(k, dim=-1)
-            f_tok = cid.gather(1, sel)
-            f_rec = n_rec + sel
-            pidx = sel // k                                                          # which frontier node
-            f_h = out.gather(1, pidx[:, :, None].expand(B, k, H))
-            f_buf = n0 + pidx
-            n_rec += k * k
-            level += 1
-            level_ms = 1000 * (time.perf_counter() - t0)
-        return self._trees(roots, *self._candidates(torch.cat(scores, 1), torch.cat(tokens, 1),
-                                                    torch.cat(parents, 1)), n_draft)
+            last = self.catch_up(seqs)
+            if self.budget <= 1:
+                return self._with_info([DraftTree([r], [-1]) for r in roots], policy.tree_info(step))
+            step.level_ms = 1000 * (time.perf_counter() - t0)
+            drafted = self._draft(step, last)
+        candidates = policy.candidates(step, drafted)
+        sizes = [max(0, min(n, self.budget - 1)) for n in policy.tree_sizes(step, candidates.scores)]
+        return self._with_info(candidates.trees(roots, sizes), policy.tree_info(step))
 
-    def _trees(self, roots: list[int], all_s: Tensor, all_t: Tensor, all_p: Tensor,
-               n_draft: int) -> list[DraftTree]:
-        """Each sequence's tree: its `_tree_sizes` best candidates (cumulative log-probabilities all_s [B, n],
-        tokens all_t, parent records all_p), parents first."""
-        N = all_s.shape[1]
-        sizes = [max(0, min(n, n_draft, N)) for n in self._tree_sizes(all_s)]
-        # Python lists: a dozen tensor calls on [B, ~100] cost more than sorting ~100 floats per sequence
-        trees = []
-        for root, size, s, t, p in zip(roots, sizes, all_s.tolist(), all_t.tolist(), all_p.tolist()):
-            best = sorted(range(N), key=s.__getitem__, reverse=True)[:size]     # stable: ties keep record order
-            chosen = sorted(best)                              # records in order: parents before children
-            node = {r: i for i, r in enumerate(chosen, 1)}
-            trees.append(DraftTree([root, *(t[r] for r in chosen)], [-1, *(node.get(p[r], 0) for r in chosen)]))
+    @staticmethod
+    def _with_info(trees: list[DraftTree], info: dict[str, float]) -> list[DraftTree]:
+        if info:
+            for tree in trees:
+                tree.info = dict(info)
         return trees
+
+    def _draft(self, step: DraftStep, last: Tensor) -> Candidates:
+        """The drafter's candidates, level by level from each sequence's last pair output `last` [B, H] while
+        the policy asks for more. Each level expands the k frontier nodes of every sequence into k children
+        each, records all k * k, and keeps the k best by cumulative log-probability as the next frontier."""
+        drafter, cache = self.drafter, self.cache
+        B, H = last.shape
+        k = self.top_k                                             # frontier width and children per node
+        dev, dtype = last.device, cache.dtype
+        n_kv_heads, head_dim = drafter.cfg.num_key_value_heads, drafter.cfg.head_dim
+        slot_ids = torch.tensor([s.slot for s in step.seqs], device=dev)
+        last_pos = cache.next[slot_ids] - 1                                              # [B] the last pair's position
+        context = (cache.k, cache.v, cache.pos, slot_ids)                                # the accepted context's ring
+
+        logp, ids = drafter.topk(last, k)                                                # [B, k] level 1
+        tokens = [ids]                                         # per level, [B, n]: each recorded node's token
+        parents = [torch.full((B, k), -1, dtype=torch.long, device=dev)]   # and its parent's record (-1: the root)
+        n_recorded = k
+        frontier_token = ids                                                             # [B, k]
+        frontier_record = torch.arange(k, device=dev).expand(B, k)                       # [B, k] their records
+        frontier_hidden = last[:, None, :].expand(B, k, H)                               # [B, k, H] their parents' output
+        frontier_parent_row = torch.full((B, k), -1, dtype=torch.long, device=dev)      # parent's tree-buffer row
+        # this step's drafted nodes: keys and values [B, kv_head, row, head_dim], and which rows each row sees
+        rows_max = max(k * max(self.depth - 1, 0), 1)
+        tree_k = torch.empty(B, n_kv_heads, rows_max, head_dim, dtype=dtype, device=dev)
+        tree_v = torch.empty_like(tree_k)
+        sees = torch.zeros(B, rows_max, rows_max, dtype=torch.bool, device=dev)         # [B, row, row]
+        itself = torch.eye(k, dtype=torch.bool, device=dev)
+        batch_index = torch.arange(B, device=dev)[:, None]
+        row_seq = batch_index.expand(B, k).reshape(-1)                # a level's rows by sequence: b, b, ...
+        step.levels, step.scores, step.frontier, step.best_child = 1, [logp], logp, logp[:, 0]
+        step.spent_ms += step.level_ms
+        while self.policy.keep_drafting(step):
+            t0 = time.perf_counter()
+            first_row = (step.levels - 1) * k                     # this level's first row in the tree buffers
+            if first_row + k > tree_k.shape[2]:                   # a policy may draft deeper than `depth`
+                grow = first_row + k
+                tree_k = torch.cat([tree_k, tree_k.new_empty(B, n_kv_heads, grow, head_dim)], 2)
+                tree_v = torch.cat([tree_v, tree_v.new_empty(B, n_kv_heads, grow, head_dim)], 2)
+                wider = sees.new_zeros(B, sees.shape[1] + grow, sees.shape[2] + grow)
+                wider[:, : sees.shape[1], : sees.shape[2]] = sees
+                sees = wider
+            rows = slice(first_row, first_row + k)
+            positions = (last_pos + step.levels)[:, None].expand(B, k)                  # [B, k]
+            residual, layer_in = drafter.inputs(frontier_hidden.contiguous(), frontier_token, fuse=False)
+            queries = drafter.project_rows(layer_in.view(B * k, -1), positions.reshape(-1), tree_k, tree_v, row_seq,
+                                           torch.arange(first_row, first_row + k, device=dev).repeat(B))
+            if step.levels > 1:      # each new node sees what its parent sees, and itself
+                sees[:, rows, :first_row] = sees[batch_index, frontier_parent_row, :first_row]
+            sees[:, rows, rows] = itself
+            attn = drafter.attend_cached(queries.view(B, k, *queries.shape[1:]), positions, context,
+                                         tree=(tree_k, tree_v, sees[:, rows, : first_row + k]))
+            hidden = drafter.finish(residual, attn)                                        # [B, k, H]
+            child_logp, child_token = drafter.topk(hidden.reshape(B * k, H), k)         # [B * k, k]
+            child_logp = child_logp.view(B, k, k)
+            child_score = (step.frontier[:, :, None] + child_logp).reshape(B, k * k)    # cumulative log P_v
+            child_token = child_token.view(B, k * k)
+            child_parent = frontier_record[:, :, None].expand(B, k, k).reshape(B, k * k)
+            step.scores.append(child_score)
+            tokens.append(child_token)
+            parents.append(child_parent)
+            # the next frontier: the global top-k of this level's k * k children
+            frontier_score, chosen = child_score.topk(k, dim=-1)                        # [B, k]
+            frontier_token = child_token.gather(1, chosen)
+            frontier_record = n_recorded + chosen
+            chosen_parent = chosen // k                                       # which frontier node each came from
+            frontier_hidden = hidden.gather(1, chosen_parent[:, :, None].expand(B, k, H))
+            frontier_parent_row = first_row + chosen_parent
+            n_recorded += k * k
+            step.levels += 1
+            step.frontier, step.best_child = frontier_score, child_logp[:, 0, 0]
+            step.level_ms = 1000 * (time.perf_counter() - t0)
+            step.spent_ms += step.level_ms
+        return Candidates(torch.cat(step.scores, 1), torch.cat(tokens, 1), torch.cat(parents, 1))
 
 
 def drafter_level_fn(proposer: Eagle4Proposer, batch: int, width: int, context: int = 256):

@@ -100,7 +100,7 @@ def test_sliding_window_hides_old_tokens(target):
         seq = fake_seq(toks)
         p.begin(seq, list(f.split(H, dim=-1)))
         with torch.inference_mode():
-            inference = p._catch_up([0], [seq.state[0]], [seq.state[1]])[0]
+            inference = p.catch_up([seq])[0]
         train_d = tiny_drafter(target, window=window).attach(target.embed.weight, target.lm_head.weight)
         ttt = TTT(train_d, target.embed.weight, target.lm_head.weight, TrainConfig(ttt_steps=1, window=window))
         with torch.no_grad():
@@ -138,8 +138,7 @@ def test_pairs_left_by_steps_without_drafting_are_caught_up_together(target):
                 seq.tokens += emitted
                 p.accepted(seq, list(range(len(emitted))), list(feats.split(H, dim=-1)))
                 if catch_up_every_step or i == len(steps) - 1:
-                    last = p._catch_up([0], [seq.state[0]], [seq.state[1]])
-                    seq.state = None
+                    last = p.catch_up([seq])
         c = p.cache
         return last, c.k[0], c.v[0], c.pos[0], int(c.next[0])
 

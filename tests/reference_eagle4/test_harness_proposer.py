@@ -145,11 +145,13 @@ def test_a_phrase_seen_twice_drafts_both_continuations_the_later_first(bigram):
     may take either: each distinct one is a branch, the most recent priced as "context", the others apart."""
     from types import SimpleNamespace
 
+    from reference_eagle4.retrieval import ContextIndex
+
     t, _ = bigram
     seq = SimpleNamespace(tokens=[5, 6, 7, 1, 2, 9, 5, 6, 7, 3, 4, 9, 5, 6, 7])
     for matches, want in ((1, [("context", 3, [3, 4])]), (3, [("context", 3, [3, 4]), ("context-alt", 3, [1, 2])])):
         p = PROPOSERS["eagle4-harness"](budget=8, drafter=bigram_drafter(t), table=table(0.5), datastore="off",
                                         lookup_matches=matches)
-        assert p._retrieve(seq, 2) == want
+        assert p.retrieval.find(ContextIndex(seq.tokens, 3), 2) == want
     with pytest.raises(ValueError, match="lookup_matches must be >= 1"):
         PROPOSERS["eagle4-harness"](budget=8, drafter=bigram_drafter(t), lookup_matches=0)

@@ -4,7 +4,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from reference_eagle4.proposers.ngram import ContextIndex, ContextIndexes, LookupAcceptance, trie
+from reference_eagle4.proposers.ngram import NGram, trie
+from reference_eagle4.retrieval import ContextIndex, LookupAcceptance
 
 
 def indexed(tokens: list[int], max_n: int) -> ContextIndex:
@@ -48,16 +49,18 @@ def test_an_index_grown_token_by_token_answers_as_a_scan_of_the_whole_context():
 
 
 def test_each_sequence_keeps_its_own_index_and_a_new_one_starts_fresh():
-    indexes = ContextIndexes(3)
-    a, b = SimpleNamespace(tokens=[1, 2, 1]), SimpleNamespace(tokens=[7, 8, 9, 7])
-    assert indexes.of(a).lookup(1, 2, 1) == (1, [[2, 1]])
-    assert indexes.of(b).lookup(1, 2, 1) == (1, [[8, 9]])
+    p = NGram(budget=3, max_n=3)
+    a, b = SimpleNamespace(tokens=[1, 2, 1], state=None), SimpleNamespace(tokens=[7, 8, 9, 7], state=None)
+    for seq in (a, b):
+        p.begin(seq, [])
+    assert [tree.tokens for tree in p.propose([a, b])] == [[1, 2, 1], [7, 8, 9]]
     a.tokens.append(2)                                   # the sequence grew: only the new token is indexed
-    assert indexes.of(a).lookup(1, 2, 1) == (2, [[1, 2]])
-    a.tokens = [4, 4]                                    # another sequence's tokens under the same object
-    assert indexes.of(a).lookup(1, 2, 1) == (1, [[4]])
-    indexes.drop(a)
-    assert indexes.of(a).tokens == [4, 4]
+    assert p.propose([a])[0].tokens == [2, 1, 2]
+    p.end(a)
+    assert a.state is None
+    a.tokens = [4, 4]                                    # another sequence under the same object: a fresh index
+    p.begin(a, [])
+    assert p.propose([a])[0].tokens == [4, 4]
 
 
 def test_trie_merges_shared_prefixes_within_the_budget():
