@@ -22,8 +22,8 @@ from reference_eagle4.device import device_name
 from reference_eagle4.model import Transformer
 
 # every batch size to 8: a step's cost jumps where its rows (batch x tokens) cross a block of 32 rows of the
-# linears, e.g. 5 sequences of 8 tokens cost what 8 of 8 do, where interpolating 4 and 8 priced them at 40%
-# less (and the harness at L = 8 drafted too deep for the batches of 5-7 that end a C = 8 run; session 23)
+# linears (5 sequences of 8 tokens cost what 8 of 8 do), which interpolating between 4 and 8 would miss, and
+# the planner would draft too deep for the batches of 5-7 that end a C = 8 run
 DEFAULT_BATCHES = (1, 2, 3, 4, 5, 6, 7, 8, 16)
 DEFAULT_CONTEXTS = (256, 1024, 2048)
 DEFAULT_TOKENS = (1, 2, 3, 4, 6, 8, 16, 32, 64)
@@ -88,25 +88,8 @@ class CostTable:
         return cls(**json.loads(Path(path).read_text()))
 
 
-# Bumped when a change to the engine moves its step costs (so a table timed before is not used). 2: exact
-# linears pad blocks to 4 rows (a 1-token step got cheaper than the 2-row one tables had timed) and the
-# attention kernel transposes keys as tiles (cheaper at every size, most at one token and large batches).
-# 3: the drafter's low-rank head is one C call (a draft level about 0.4-0.7 ms cheaper). 4: token counts up
-# to 16 are timed in 3x the rounds (tables timed before priced them from 3 rounds). 5: the attention kernel
-# keeps its accumulators in registers (1.3-1.6x faster, most at several tokens and at batch 8). 6: the
-# drafter's layer streams int8 weights (a draft level about 1 ms cheaper on the CPU), and the attention kernel
-# shares each load among 8 rows (11-18% faster at 4-14 tokens a sequence). 7: the layers' element-wise
-# work is one C pass per operation (`layer_ops`; a forward 18-20% cheaper at 1 and 12 tokens). 8: the
-# drafter's attention and cache writes are C calls (`drafter_attention`; a drafting step 0.4-1 ms cheaper).
-# 9: 3 and 6 tokens a sequence are timed too: a linear of this target costs about the same for 17 to 32 rows,
-# so at batch 8 3 tokens cost nearly what 4 do, not the midpoint of 2 and 4 (BENCHMARKS.md, session 20).
-# 10: the drafter's int8 linears take their prepacked bf16 weights above 4 rows (a batch-8 draft level and
-# catch-up cheaper, BENCHMARKS.md session 22). 11: the low-rank head scores with AMX tiles where the CPU has
-# them and selects from span maxima (a draft level of 8 rows 0.17 ms cheaper, of 64 rows 1.9 ms). 12: exact
-# linears take one AMX call for any number of rows where the CPU has AMX (`amx_linear`; at batch 8 a step of
-# 5 tokens a sequence 30% cheaper, of 1 token 13%). 13: exact attention splits a head's rows among threads
-# when the key heads do not share evenly (batch 1, 16 tokens: a layer's attention 18% cheaper), and exact
-# linears round their outputs to bf16 16 lanes at a time.
+# Bumped whenever a change to the engine moves what a step costs (kernels, linears, the drafter, the timing
+# grid), so that a table timed before the change is not used: `specbench calibrate` times a new one.
 COSTS_REVISION = 13
 
 
@@ -137,7 +120,7 @@ def find_table(key: dict[str, Any], folder: Path | None = None) -> CostTable | N
     return CostTable.load(path) if path.exists() else None
 
 
-# The small grid measured in-process when no table matches this device (~10-20 s on a 2-core CPU).
+# The small grid measured in-process when no table matches this device: a few points, quick to time.
 QUICK_GRID = dict(batches=(1, 8), contexts=(256, 1024), tokens=(1, 4, 16, 32), repeats=2)
 
 
@@ -165,8 +148,8 @@ def median_ms(fn: Callable[[], Any], repeats: int, warmup: int) -> tuple[float, 
 def interleaved_ms(fns: list[Callable[[], Any]], repeats: int, warmup: int) -> list[list[float]]:
     """Samples of each callable, timed in rounds (each callable once a round), so that a machine's drift
     over the measurement touches every callable alike. What the planner reads is how much dearer a larger
-    step is; timed one after another, a slow minute here made a 1-token step cost more than a 4-token
-    one in a table, and every tree up to 8 tokens look free (BENCHMARKS.md, 2026-12-02 session 12)."""
+    step is; timed one after another, a slow spell of the machine can make a 1-token step cost more than
+    a 4-token one, and every tree up to 8 tokens look free."""
     for fn in fns:
         for _ in range(warmup):
             fn()
@@ -185,9 +168,8 @@ def time_verification(model: Transformer, batches: tuple[int, ...], contexts: tu
     """verify_ms[b][c][t] for a batch of b sequences, each with c cached tokens, appending t tokens: the
     token counts of one (batch, context) interleaved, medians over the rounds. Counts up to FINE_TOKENS
     (the trees of budgets up to 16) take FINE_ROUNDS times the rounds: the planner's choices turn on
-    their ratios (at C = 8, 2 against 4 tokens), and 3 rounds on a noisy VM had priced 4 tokens at batch 8
-    at 2.0x one token where 15 rounds measured 1.6x (BENCHMARKS.md, session 13); the larger counts cost
-    two thirds of the time and matter only to larger budgets."""
+    their ratios (at C = 8, 2 against 4 tokens), which a few rounds on a noisy machine misprice; the
+    larger counts cost most of the time and matter only to larger budgets."""
     table: list[list[list[float]]] = []
     raw: dict[str, list[float]] = {}
     fine = [t for t in tokens if t <= FINE_TOKENS]
@@ -221,8 +203,7 @@ def calibrate(model: Transformer, batches: tuple[int, ...] = DEFAULT_BATCHES,
     verify, raw = time_verification(model, batches, contexts, tokens, repeats, warmup, on_point)
     draft: list[list[float]] = []
     if drafter_step is not None:
-        for b in batches:       # a few ms a call: FINE_ROUNDS times the rounds cost seconds, and 3 rounds had
-            # priced one level at batch 8 three times what it costs (BENCHMARKS.md, session 20)
+        for b in batches:       # cheap calls: FINE_ROUNDS times the rounds, since a few misprice a level
             samples = interleaved_ms([drafter_step(b, w) for w in widths], repeats * FINE_ROUNDS, warmup)
             for w, ts in zip(widths, samples):
                 raw[f"draft-b{b}-w{w}"] = ts

@@ -94,9 +94,9 @@ class Datastore:
 
         The longest match is searched from the shortest suffix up: an n-gram occurs only where its last
         n - 1 tokens do, so a context with no match at all (most steps) costs one probe instead of one per n.
-        Continuations are memoised per n-gram: stock phrases recur across a run's sequences and steps (two
-        in five lookups here), and the n-grams that occur most, whose hundreds of occurrences made a lookup
-        cost up to 0.1 ms after a target forward had evicted the corpus from the caches, recur most."""
+        Continuations are memoised per n-gram: stock phrases recur across a run's sequences and steps, and
+        the n-grams that occur most, whose hundreds of occurrences make a lookup slow once a target forward
+        has evicted the corpus from the caches, recur most."""
         tail = [int(t) for t in history[-self.max_n:]]
         found_n, found = 0, -1
         for n in range(self.min_n, min(self.max_n, len(tail)) + 1):
@@ -121,8 +121,8 @@ class Datastore:
         not occur.
 
         Occurrences are found by their 64-bit hash and only the first is compared token by token: another
-        n-gram with the same hash (about 1e-13 a probe here) would cost one wrong draft, which verification
-        rejects like any other, while checking every occurrence cost half a probe's time."""
+        n-gram with the same hash (vanishingly rare at 64 bits) would cost one wrong draft, which verification
+        rejects like any other, while checking every occurrence would cost as much again as the probe."""
         n = len(suffix)
         keys = self._keys.get(n)
         if keys is None:
@@ -138,8 +138,7 @@ class Datastore:
         """Token by token, the value most of the occurrences still agreeing so far continue with (the lowest
         id on a tie), until one distinct continuation is left (then the rest of it) or none. The
         continuations are gathered in one array pass, and identical ones (a stock phrase repeated across
-        responses) walked once with their count: walking every occurrence token by token cost up to
-        0.25 ms for a 15-token draft."""
+        responses) walked once with their count, rather than every occurrence token by token."""
         at = pos[:, None] + np.arange(length)
         rows = np.where(at < len(self.tokens), self.tokens[np.minimum(at, len(self.tokens) - 1)], BOUNDARY).tolist()
         alive = list(Counter(map(tuple, rows)).items())            # (continuation, occurrences), distinct

@@ -28,10 +28,9 @@ def device_name(device: torch.device | str) -> str:
 def auto_dtype(cpuinfo: str | None = None) -> str:
     """bf16 where the CPU multiplies it natively (AVX512-BF16 / AMX), fp32 elsewhere.
 
-    Without native support a bf16 matmul is emulated and several times slower than fp32 (the drafter
-    head's logits on an AVX2-only EPYC: 285 ms vs 73 ms, `python -m reference_eagle4.linear_bench
-    --out-features 32768 --layers 1 --rows 120`), so decoding, drafter training and its data
-    generation all follow this choice."""
+    Without native support a bf16 matmul is emulated and several times slower than fp32 (`python -m
+    reference_eagle4.linear_bench --out-features 32768 --layers 1 --rows 120` compares them), so decoding,
+    drafter training and its data generation all follow this choice."""
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()

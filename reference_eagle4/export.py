@@ -20,7 +20,7 @@ lm_head rows for the draft vocabulary; the engines score every row). The embeddi
 engines share the target's, as EAGLE-3 checkpoints expect.
 
 Which target layers feed `fc`. EAGLE-4 captures the hidden states *entering* target layers
-`capture_layers` (default (2, N//2, N-3)). The engines name them differently (reference brief §1):
+`capture_layers` (default (2, N//2, N-3)). The engines name them differently:
 vLLM reads `eagle_aux_hidden_state_layer_ids` (top level first, then `eagle_config`) as the layers whose
 input is captured (llama.py: `if idx in aux_hidden_state_layers: aux.append(hidden_states + residual)`
 before layer idx runs); SGLang reads `eagle_config.eagle_aux_hidden_state_layer_ids` as layer *outputs*

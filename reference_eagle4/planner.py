@@ -1,4 +1,4 @@
-"""The cost-aware tree planner behind `eagle4-harness`.
+"""The cost-aware tree planner behind `eagle4-harness` (and dspark's verified chain lengths).
 
 Expected speed of a step is A / C: A = sum over the batch of (1 + sum of P_v over a sequence's verified
 nodes), P_v = product of draft probabilities along v's path (the chance the target accepts v),
@@ -16,7 +16,8 @@ With `per_sequence` the planner merges every sequence's candidates into one best
 the prefix that maximises A / C (the engine packs ragged trees, so a step costs about what uniform trees
 with the same total tokens cost): confident sequences draft deep and unsure ones not at all. That
 maximises the expected tokens per step, but on a finite set of requests the unsure sequences it starves
-become the stragglers that set the wall time, and it measured slower (BENCHMARKS.md), so it is an option.
+become the stragglers that set the wall time, so the whole run can end later: it is an option, off by
+default.
 
 Before each further draft level the planner asks whether the best child that level could add (each
 sequence's best frontier probability times the drafter's top-1 confidence) pays for the level's drafting
@@ -53,8 +54,8 @@ class TreePlanner:
     def verify_ms(self, tokens: float) -> float:
         """One batched verification with `tokens` tokens per sequence on average (root included). A ragged
         batch (per_sequence) falls between two uniform steps; it is priced at the next whole count a
-        sequence, not between, since linears cost by blocks of rows (at batch 8 here 17 rows cost what 32
-        do, BENCHMARKS.md session 20) and a midpoint would buy rows past a block's edge as nearly free."""
+        sequence, not between, since linears cost by blocks of rows (17 rows cost what 32 do) and a
+        midpoint would buy rows past a block's edge as nearly free."""
         t = min(max(math.ceil(tokens - 1e-9), 1), self.budget)
         return self._verify[t - 1]
 

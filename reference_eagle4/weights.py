@@ -1,7 +1,7 @@
 """Where target weights come from: a HF safetensors folder, a GGUF file, or a known name.
 
-A GGUF file is dequantised once through transformers' GGUF reader (~20-30 s) and cached as a safetensors
-folder, keyed by the file's sha256, so every later load takes seconds and is byte-for-byte the same.
+A GGUF file is dequantised once through transformers' GGUF reader (the slow part) and cached as a
+safetensors folder, keyed by the file's sha256, so every later load is quick and byte-for-byte the same.
 """
 
 from __future__ import annotations

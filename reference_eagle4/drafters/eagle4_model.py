@@ -340,10 +340,9 @@ class Eagle4Drafter(nn.Module):
     @staticmethod
     def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
         """Attention of q [B, nq, T, hd] over k, v [B, nkv, S, hd], mask [B, 1, T, S] (True = visible; every
-        row sees at least one key). Grouped matmuls except for one sequence of several queries: over a
-        256-key window PyTorch's SDPA took 0.8-1.3 ms for 8 sequences of 1-8 queries (the matmuls 0.3-0.6
-        ms) and 0.20 ms for one query of one sequence (0.11 ms), but 0.11 ms for one sequence of 8 queries
-        (0.18 ms)."""
+        row sees at least one key). Grouped matmuls, which beat PyTorch's SDPA over a window of a few hundred
+        keys for a batch of sequences or a single query, except for one sequence of several queries, where
+        SDPA is the faster (the CPU path when the C kernel does not run)."""
         B, H, T, D = q.shape
         if q.is_cuda or (B == 1 and T > 1):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)

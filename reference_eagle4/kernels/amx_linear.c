@@ -2,8 +2,8 @@
  *
  * Exact verification needs every row of a linear layer computed as if it were alone (a tree node as
  * vanilla decoding computes it). oneDNN's bf16 kernels do that only up to 32 rows, so a step of more rows
- * went in blocks of 32, streaming every weight once per block: 40 rows cost twice 32. Here one pass over
- * the weights serves any number of rows. Rows are padded to a multiple of 16 and every 16 go through the
+ * would go in blocks of 32, streaming every weight once per block (40 rows costing twice 32). Here one pass
+ * over the weights serves any number of rows. Rows are padded to a multiple of 16 and every 16 go through the
  * same tile products: an output element is the chain of TDPBF16PS products over the 32-input blocks
  * in order, rounded once to bf16 (nearest even), which depends on that row of x and that row of W only.
  *

@@ -1,11 +1,11 @@
 """Linear layers in bf16 on AMX tiles, one pass over the weights for any number of rows: `amx_linear.c`.
 
 Exact verification computes every row of a linear layer as if it were alone. oneDNN's bf16 kernels do that
-only up to 32 rows (past that they switch kernels and round differently), so `PackedLinear.rowwise` called
-them in blocks of 32, streaming every weight once per block: at batch 8 a step of 5 tokens a sequence (40
-rows) cost about 1.5x one of 4. This kernel's rows are alike whatever their number, and one call streams
-each weight once. Where the CPU has no AMX (or the build has no compiler) `pack` returns None and the
-layer keeps oneDNN's blocks.
+only up to 32 rows (past that they switch kernels and round differently), so without this kernel
+`PackedLinear.rowwise` calls them in blocks of 32, streaming every weight once per block: a batched step
+of more than 32 rows pays for the weights twice or more. This kernel's rows are alike whatever their
+number, and one call streams each weight once. Where the CPU has no AMX (or the build has no compiler)
+`pack` returns None and the layer keeps oneDNN's blocks.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Random weights only. For each shape it reports the kernel's error against its tw
 time (L2 flushed before every run), the PyTorch path's (the twin for attention, the full head matmul +
 topk for the head), and the bandwidth floor: the bytes the kernel must move divided by the
 device-to-device copy bandwidth measured here. It also times the kernels at a few forced split counts,
-so one GPU session leaves the data to tune the split heuristics (`--sweep` adds block sizes, warps and
+so one run on a GPU leaves the data to tune the split heuristics (`--sweep` adds block sizes, warps and
 pipeline depths). Last, the engine's own wiring: a verification step of a random target shaped like the
 default one (SmolLM2-135M), ragged and with random trees, through the kernel and through SDPA, compared,
 and timed as the engine runs it (eagerly: for a model this small a GPU step is the CPU's launches). Exit

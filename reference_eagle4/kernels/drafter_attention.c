@@ -4,8 +4,8 @@
  * before p (at p too with `inclusive`: the catch-up's last pair sees its own key) and, with a window W,
  * after p - W; and the keys of this step's tree that its row of the ancestor mask names (itself included).
  * In PyTorch that is a dozen operators a level (the window mask from the ring's positions, ring and tree
- * keys concatenated, a masked softmax and two matmuls per group of query heads): about 0.6 ms right after
- * a target forward, even for one query. Drafts need not be exact (verification is lossless whatever is
+ * keys concatenated, a masked softmax and two matmuls per group of query heads), each paying its fixed
+ * cost right after a target forward, even for one query. Drafts need not be exact (verification is lossless whatever is
  * proposed), so sums run in any order. Python side: reference_eagle4/kernels/drafter_attention.py.
  */
 #include <stdint.h>

@@ -3,9 +3,9 @@
 Greedy speculative decoding must reproduce vanilla decoding token for token, so a tree node's attention
 output has to be bit-for-bit what decoding its path alone computes. The C kernel gets there by
 construction: every output element is one fixed sequence of fp32 operations over the query's logical
-keys (see the C file). It replaces float64 attention over a float64 cache (`attention.float64_attention`),
-which got there by making every summation order's rounding negligible, at 2x the arithmetic and 4x the
-cache traffic of bf16: at 12 verified tokens that was a quarter of a step.
+keys (see the C file). Its fallback, float64 attention over a float64 cache
+(`attention.float64_attention`), gets there by making every summation order's rounding negligible, at twice
+the arithmetic and four times the cache traffic of bf16.
 
 The library is built on first use (`cpu_build.load`). Where no compiler works, `library()` is None and the
 model keeps float64 attention (`Transformer.new_cache`).

@@ -3,7 +3,7 @@
  *
  * In eager PyTorch these are about twenty small operators a layer (an RMS norm alone is five on the CPU:
  * pow, mean, add, rsqrt, mul), each paying dispatch and a pass over memory, and in bf16 each rounding to
- * bf16: 5-7 ms of a 45 ms decoding step of the default target. Here each is one pass in fp32, rounded once
+ * bf16: a sizeable share of a decoding step of the default target. Here each is one pass in fp32, rounded once
  * at the end. Every row is computed alone in a fixed order (vectors run along the row, never across rows),
  * so a token's results do not depend on what else the step holds, as exact verification needs. Rows hold
  * bf16 (bf16 = 1) or fp32 values. Python side: reference_eagle4/kernels/layer_ops.py.

@@ -2,8 +2,8 @@
 
 Between its four matmuls and attention, a layer of the target runs about twenty small PyTorch operators
 (RMS norms, the residual adds, rotary embedding, the cache writes, the SiLU gate), each dispatched on its
-own and, in bf16, each rounding to bf16: 5-7 ms of a 45 ms decoding step of the default target at 1-12
-tokens, the same for every method. The C versions are one pass each in fp32, rounded once. Each row is
+own and, in bf16, each rounding to bf16: a sizeable share of a decoding step of the default target,
+the same for every method. The C versions are one pass each in fp32, rounded once. Each row is
 computed alone, as exact verification needs; the results are within a bf16 rounding of PyTorch's (fp32:
 within a few ulp), not bit for bit, so the engine uses one path or the other for every step of a run.
 """

@@ -2,8 +2,8 @@
  *
  * In PyTorch a call is a dozen operators (two linears, a top-64, a gather of 64 head rows, a batched
  * matvec, log-softmax, top-k), run once or more per step right after a target forward has evicted every
- * weight from the caches: about 1 ms a call at one to eight rows, mostly fixed per-operator cost, while the
- * bytes it must read (the 64 x 32k factor B, 4 MB in bf16) take ~0.2 ms. Here, for each row n:
+ * weight from the caches: at one to eight rows mostly fixed per-operator cost, several times what reading
+ * its bytes (the 64 x 32k factor B, 4 MB in bf16) needs. Here, for each row n:
  *   u[n]      = A . hn[n]                       [r], rounded to bf16
  *   s[n]      = u[n] . B                        fp32 [V]; B in blocks of 16 rows, rank pairs interleaved
  *                                                (the VNNI layout): one AMX tile product per 16 rows of hn
@@ -11,8 +11,8 @@
  *   cand[n]   = the K best of s[n]              (topk.h; with AMX, two passes over B, below)
  *   logit[n]  = W[cand] . hn[n]                 fp32: the exact logits of the candidates
  *   out[n]    = the k best of log_softmax(logit[n]), best first (equal values: the better score first)
- * With AMX the scores never reach memory (at 64 rows they were 8 MB, whose writing and rereading took
- * most of a call): a first pass keeps the maximum of each span of 32 scores, whose K-th largest bounds
+ * With AMX the scores never reach memory (at 64 rows they would be 8 MB, whose writing and rereading
+ * would take most of a call): a first pass keeps the maximum of each span of 32 scores, whose K-th largest bounds
  * each row's K best from below; a second, identical pass recomputes the scores (a tile product is cheap)
  * and offers those that reach the bound to a heap per thread and row; the heaps are merged per row.
  * Without AMX the scores of a call's few rows are stored (they fit in L2) and selected from there.
@@ -174,7 +174,7 @@ static void span_max(const float *buf, int64_t ldb, int64_t nt, int64_t b0, int6
 }
 
 /* The K-th largest of row n's span maxima (every span holds an entry below V, so K entries reach it), or
- * -inf where there are fewer than K spans: a quickselect on a copy (a heap of K took 3x as long). */
+ * -inf where there are fewer than K spans: a quickselect on a copy (quicker than a heap of K). */
 static float span_bound(const float *bm, int64_t nsp, int K) {
     if (nsp < K) return -INFINITY;
     float a[nsp];

@@ -1,8 +1,8 @@
 """The low-rank candidate head on the CPU in one call: `lowrank_head.c`, built on first use.
 
 `Eagle4Drafter.topk` runs once per draft level. As PyTorch operators (low-rank scores, top-K, a gather of
-K head rows, their logits, log-softmax, top-k) a call costs about 1 ms right after a target forward, at
-one to eight rows; the C kernel reads the same weights in one pass and does the rest in registers and
+K head rows, their logits, log-softmax, top-k) a call at one to eight rows is mostly fixed per-operator
+cost, paid right after a target forward; the C kernel reads the same weights in one pass and does the rest in registers and
 the L2 cache. `LowrankHeadCPU` keeps the factor B in the kernel's blocked layout, made once when the
 drafter is packed. Where no compiler works, `LowrankHeadCPU.create` returns None and the drafter keeps
 its PyTorch path.

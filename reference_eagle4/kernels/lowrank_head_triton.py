@@ -1,13 +1,12 @@
 """The Triton kernels behind `lowrank_topk` (semantics and PyTorch twin: `lowrank_head.py`).
 
 A two-level top-K, because sorting is what costs on a GPU, not scoring: a bitonic running top-K per
-256-column tile (this module's first version) took 0.19-1.46 ms on an H200 for 1-64 rows at V = 128k,
-slower than the full head's matmul (BENCHMARKS.md, session 22). Here the scoring kernel runs (hn . A) . B
+256-column tile is slower than the full head's matmul at a 128k vocabulary. Here the scoring kernel runs (hn . A) . B
 on the tensor cores tile by tile, writes the fp32 scores and each group of GROUP columns' maximum. The K
 best elements of a row lie in the K groups with the largest maxima (a group outside them has K larger
 maxima, K distinct elements above all of its own), so `torch.topk` over V / GROUP maxima, then over the
 K * GROUP scores of the chosen groups, finds them without sorting the vocabulary (both selections in
-one Triton program a row with `tl.topk` measured slower than these two calls). A last kernel computes
+one Triton program a row with `tl.topk` is slower than these two calls). A last kernel computes
 the exact logits hn . W[idx] of the winners.
 """
 

@@ -1,7 +1,7 @@
 /* Per-row reductions over wide rows (logits, candidate scores) for the CPU: argmax, entropy and top-k.
  *
  * PyTorch runs these as several passes or as scalar loops in bf16 (its bf16 argmax), and its top-k sorts
- * more than it must: at a few rows of 32-49k entries each call costs 0.1-0.7 ms, paid every step. Here
+ * more than it must, over rows of tens of thousands of entries, several calls every step. Here
  * each row is one or two vectorised passes, and rows are spread over the caller's OpenMP threads (torch's:
  * the library shares its runtime). Rows hold bf16 (bf16 = 1) or fp32 values, row r at x + r * ld, and no
  * NaN. Python side: reference_eagle4/kernels/row_ops.py.

@@ -126,17 +126,16 @@ def _merge_splits_kernel(PART_O, PART_LSE, O, T, HEAD_DIM, N_HEADS, n_splits, so
 
 
 def _num_warps(rows: int) -> int:
-    """4 warps for up to 64 query rows a program, 8 above: on an H200 4 warps were up to 22% faster at 64
-    rows and 8 warps 1.3-1.6x faster at 128 (BENCHMARKS.md session 22)."""
+    """4 warps for up to 64 query rows a program, 8 above: the faster of the two at each size on an H200
+    (`python -m reference_eagle4.kernels.bench --sweep` times both)."""
     return 4 if rows <= 64 else 8
 
 
 def _num_splits(programs: int, kv_len: int, device: torch.device) -> int:
     """Key splits for one wave of programs, one on each SM, each split keeping at least 4 key blocks. On an
-    H200 this count was within 1.5% of the fastest of 1-32 forced splits at every batch, context and tree
-    size timed; two waves' worth took up to 1.3x longer, and capping the splits' fp32 partial results (written and read
-    back) below a quarter of the K/V bytes made one-sequence steps up to 1.7x slower (BENCHMARKS.md
-    session 22)."""
+    H200 this count is about as fast as the best forced split count at every batch, context and tree size
+    (`kernels.bench` times forced counts too); two waves' worth are slower, and so are fewer splits chosen
+    to keep the splits' fp32 partial results (written and read back) small against the K/V bytes."""
     if device.type != "cuda":
         return 1
     sms = torch.cuda.get_device_properties(device).multi_processor_count

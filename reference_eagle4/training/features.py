@@ -6,9 +6,9 @@ all of them: `prefix_groups`) and we keep
   * feats  [T, 3, H] bf16: hidden states ENTERING the captured layers (2, N//2, N-3) at every position;
   * tokens [T] int32;
   * the target's next-token distribution at the positions that predict response tokens, cached as its
-    top-k (probabilities fp16 renormalised over the k, token ids int32). k = 32 keeps >99% of the mass
-    on these outputs and costs 192 bytes per token instead of 49152 floats; the soft cross-entropy of the
-    trainer uses it as the teacher distribution.
+    top-k (probabilities fp16 renormalised over the k, token ids int32). k = 32 keeps nearly all of the
+    mass of these peaked distributions in 192 bytes per token instead of a float per vocabulary entry; the
+    soft cross-entropy of the trainer uses it as the teacher distribution.
 The cache is one torch file (a list of per-sample dicts); rows added to regen.jsonl since it was written
 are computed and merged, the others are read back.
 """
