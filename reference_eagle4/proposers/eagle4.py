@@ -120,22 +120,30 @@ class TreePolicy(Protocol):
     """The decisions of the drafting loop. `start` makes the step's state; the loop fills in the base fields
     of `DraftStep` and passes the same object to every other call of the step."""
 
-    def start(self, seqs: list["Sequence"]) -> DraftStep: ...
+    def start(self, seqs: list["Sequence"]) -> DraftStep:
+        """This step's state, before anything is drafted."""
+        ...
 
     def use_drafter(self, step: DraftStep) -> bool:
         """Run the drafter this step (False: verify the policy's own candidates alone)."""
+        ...
 
     def keep_drafting(self, step: DraftStep) -> bool:
         """Draft one more level after `step.levels`."""
+        ...
 
     def candidates(self, step: DraftStep, drafted: Candidates) -> Candidates:
         """The drafter's candidates plus any the policy adds."""
+        ...
 
     def tree_sizes(self, step: DraftStep, scores: Tensor) -> list[int]:
-        """Drafted nodes each sequence verifies (root excluded, at most L-1), given every candidate's log P_v [B, n]."""
+        """Drafted nodes each sequence verifies (root excluded, at most L-1), given every candidate's log P_v
+        [B, n]."""
+        ...
 
     def tree_info(self, step: DraftStep) -> dict[str, float]:
         """Facts every tree of the step records with the step (empty: none)."""
+        ...
 
 
 class StaticTree:
@@ -312,7 +320,8 @@ class Eagle4Proposer(Proposer):
         row_seq = torch.repeat_interleave(torch.arange(len(slots), device=dev), counts)  # [N] each row's sequence
         ends = counts.cumsum(0)
         pos = start[row_seq] + torch.arange(int(ends[-1]), device=dev) - (ends - counts)[row_seq]     # [N]
-        residual, layer_in = drafter.inputs(torch.cat(feats).to(cache.dtype), torch.cat(toks), fuse=True)  # [N, H], [N, 2H]
+        # [N, H] residual, [N, 2H] attention input
+        residual, layer_in = drafter.inputs(torch.cat(feats).to(cache.dtype), torch.cat(toks), fuse=True)
         entry = cache.rows(pos)
         queries = drafter.project_rows(layer_in, pos, cache.k, cache.v, slot_ids[row_seq], entry)
         cache.pos[slot_ids[row_seq], entry] = pos
@@ -360,22 +369,22 @@ class Eagle4Proposer(Proposer):
         dev, dtype = last.device, cache.dtype
         n_kv_heads, head_dim = drafter.cfg.num_key_value_heads, drafter.cfg.head_dim
         slot_ids = torch.tensor([s.slot for s in step.seqs], device=dev)
-        last_pos = cache.next[slot_ids] - 1                                              # [B] the last pair's position
-        context = (cache.k, cache.v, cache.pos, slot_ids)                                # the accepted context's ring
+        last_pos = cache.next[slot_ids] - 1                               # [B] the last pair's position
+        context = (cache.k, cache.v, cache.pos, slot_ids)                 # the accepted context's ring
 
-        logp, ids = drafter.topk(last, k)                                                # [B, k] level 1
-        tokens = [ids]                                         # per level, [B, n]: each recorded node's token
+        logp, ids = drafter.topk(last, k)                                 # [B, k]: level 1
+        tokens = [ids]                                  # per level, [B, n]: each recorded node's token
         parents = [torch.full((B, k), -1, dtype=torch.long, device=dev)]   # and its parent's record (-1: the root)
         n_recorded = k
-        frontier_token = ids                                                             # [B, k]
-        frontier_record = torch.arange(k, device=dev).expand(B, k)                       # [B, k] their records
-        frontier_hidden = last[:, None, :].expand(B, k, H)                               # [B, k, H] their parents' output
-        frontier_parent_row = torch.full((B, k), -1, dtype=torch.long, device=dev)      # parent's tree-buffer row
+        frontier_token = ids                                              # [B, k]
+        frontier_record = torch.arange(k, device=dev).expand(B, k)        # [B, k] their records
+        frontier_hidden = last[:, None, :].expand(B, k, H)                # [B, k, H] their parents' output
+        frontier_parent_row = torch.full((B, k), -1, dtype=torch.long, device=dev)    # parent's tree-buffer row
         # this step's drafted nodes: keys and values [B, kv_head, row, head_dim], and which rows each row sees
         rows_max = max(k * max(self.depth - 1, 0), 1)
         tree_k = torch.empty(B, n_kv_heads, rows_max, head_dim, dtype=dtype, device=dev)
         tree_v = torch.empty_like(tree_k)
-        sees = torch.zeros(B, rows_max, rows_max, dtype=torch.bool, device=dev)         # [B, row, row]
+        sees = torch.zeros(B, rows_max, rows_max, dtype=torch.bool, device=dev)      # [B, row, row]
         itself = torch.eye(k, dtype=torch.bool, device=dev)
         batch_index = torch.arange(B, device=dev)[:, None]
         row_seq = batch_index.expand(B, k).reshape(-1)                # a level's rows by sequence: b, b, ...
@@ -392,7 +401,7 @@ class Eagle4Proposer(Proposer):
                 wider[:, : sees.shape[1], : sees.shape[2]] = sees
                 sees = wider
             rows = slice(first_row, first_row + k)
-            positions = (last_pos + step.levels)[:, None].expand(B, k)                  # [B, k]
+            positions = (last_pos + step.levels)[:, None].expand(B, k)                 # [B, k]
             residual, layer_in = drafter.inputs(frontier_hidden.contiguous(), frontier_token, fuse=False)
             queries = drafter.project_rows(layer_in.view(B * k, -1), positions.reshape(-1), tree_k, tree_v, row_seq,
                                            torch.arange(first_row, first_row + k, device=dev).repeat(B))
@@ -401,20 +410,20 @@ class Eagle4Proposer(Proposer):
             sees[:, rows, rows] = itself
             attn = drafter.attend_cached(queries.view(B, k, *queries.shape[1:]), positions, context,
                                          tree=(tree_k, tree_v, sees[:, rows, : first_row + k]))
-            hidden = drafter.finish(residual, attn)                                        # [B, k, H]
-            child_logp, child_token = drafter.topk(hidden.reshape(B * k, H), k)         # [B * k, k]
+            hidden = drafter.finish(residual, attn)                                    # [B, k, H]
+            child_logp, child_token = drafter.topk(hidden.reshape(B * k, H), k)        # [B * k, k]
             child_logp = child_logp.view(B, k, k)
-            child_score = (step.frontier[:, :, None] + child_logp).reshape(B, k * k)    # cumulative log P_v
+            child_score = (step.frontier[:, :, None] + child_logp).reshape(B, k * k)   # cumulative log P_v
             child_token = child_token.view(B, k * k)
             child_parent = frontier_record[:, :, None].expand(B, k, k).reshape(B, k * k)
             step.scores.append(child_score)
             tokens.append(child_token)
             parents.append(child_parent)
             # the next frontier: the global top-k of this level's k * k children
-            frontier_score, chosen = child_score.topk(k, dim=-1)                        # [B, k]
+            frontier_score, chosen = child_score.topk(k, dim=-1)                       # [B, k]
             frontier_token = child_token.gather(1, chosen)
             frontier_record = n_recorded + chosen
-            chosen_parent = chosen // k                                       # which frontier node each came from
+            chosen_parent = chosen // k                                # which frontier node each came from
             frontier_hidden = hidden.gather(1, chosen_parent[:, :, None].expand(B, k, H))
             frontier_parent_row = first_row + chosen_parent
             n_recorded += k * k
