@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from reference_eagle4.attention import Attend, exact_backend, step_attention
 from reference_eagle4.kernels import layer_ops
-from reference_eagle4.linears import Packing, linear, pack_linears  # noqa: F401  (callers load, then pack)
+from reference_eagle4.linears import Packing, linear
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ import torch
 
 from reference_eagle4.device import cpu_name, resolve_dtype
 from reference_eagle4.engine import Engine, GenerationConfig, Request, Sequence
-from reference_eagle4.model import Transformer, load_transformer, pack_linears
+from reference_eagle4.linears import pack_linears
+from reference_eagle4.model import Transformer, load_transformer
 from reference_eagle4.proposers import PROPOSERS
 from reference_eagle4.proposers.base import option_names
 from reference_eagle4.verify import Sampling

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from reference_eagle4.engine import Engine, GenerationConfig, Request
-from reference_eagle4.model import load_transformer, pack_linears
+from reference_eagle4.linears import pack_linears
+from reference_eagle4.model import load_transformer
 from reference_eagle4.proposers import PROPOSERS
 from reference_eagle4.weights import resolve_target
 from specbench.dataset import chat_messages, load_rows

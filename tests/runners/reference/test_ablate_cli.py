@@ -14,7 +14,7 @@ runner = CliRunner()
 
 
 def drafter_folder(target: Path, folder: Path) -> Path:
-    from reference_eagle4.drafters.eagle4 import Eagle4Config, Eagle4Drafter
+    from reference_eagle4.drafters.eagle4_model import Eagle4Config, Eagle4Drafter
     from reference_eagle4.model import load_transformer
 
     args = load_transformer(target).args

@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from reference_eagle4.drafters.eagle4 import Eagle4Config, Eagle4Drafter, load_drafter
+from reference_eagle4.drafters.eagle4_model import Eagle4Config, Eagle4Drafter, load_drafter
 from reference_eagle4.export import target_head
 from reference_eagle4.model import ModelArgs
 from specbench.cli import app
