@@ -37,6 +37,9 @@ class Runner(Protocol):
     # and the CPU other processes take is measured. A server runs one variant at a time, all its requests in
     # one block, and its own work is another process's CPU by construction.
     in_process: ClassVar[bool]
+    # Options that change how a run is carried out but not what it measures (timeouts, retries, where the server's
+    # Python lives): a resumed run may change them.
+    operational_options: ClassVar[frozenset[str]]
 
     @classmethod
     def methods(cls) -> tuple[str, ...]:

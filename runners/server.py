@@ -57,6 +57,7 @@ from specbench.settings import Job, MethodSpec, Settings
 # Anything else is an error (`ServerRunner.check_options`), never an option a server silently ignored.
 SERVER_OPTIONS = ("drafter", "tp", "port", "max_model_len", "server_args", "server_python", "startup_timeout",
                   "request_timeout", "host", "request_extra", "max_n", "min_n", "matches", "top_k", "depth")
+OPERATIONAL_OPTIONS = frozenset({"port", "host", "server_python", "startup_timeout", "request_timeout"})
 
 
 def _need(module: str, extra: str) -> Any:
@@ -184,6 +185,7 @@ class ServerRunner:
 
     engine = ""
     in_process = False
+    operational_options = OPERATIONAL_OPTIONS
     extra = ""                                 # the pyproject extra that installs what this runner needs
     health_path = "/health"
     METHODS: tuple[str, ...] = ()

@@ -41,6 +41,7 @@ class ReferenceVariant:
 class ReferenceRunner:
     engine = "reference"
     in_process = True
+    operational_options: frozenset[str] = frozenset()
 
     def __init__(self, target: str, dtype: str = "auto", threads: int | None = None,
                  prefix_cache: int = PREFIX_CACHE_PROMPTS):
