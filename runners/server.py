@@ -13,9 +13,15 @@ response format and the counters.
   a time.
 - Streaming. Requests go out at concurrency C from one asyncio loop (httpx), each timed on the client:
   t_start when sent, TTFT at the first chunk carrying output, latency at the last such chunk.
-- Failures. A request that fails (refused connection, dropped stream, HTTP error, timeout) becomes a record
-  with status "failed" and the error; the run goes on, and `--resume` retries exactly those. A server that
-  answered before and is gone at the start of a block fails the block's requests at once.
+- Failures. A server that is busy or not reachable for a moment (HTTP 429/502/503/504, a connection lost before
+  any output) is asked again, `retries` times at most, after an exponential backoff with jitter
+  (`runners/server_faults.py`); the record counts its `retries` and the manifest their sum
+  (`request_retries`). A request that still fails (any other HTTP error, an error event, a stream that broke
+  after output began, no event for `stall_timeout` seconds, no complete answer within `request_timeout`)
+  becomes a record with status "failed" and the error; the run goes on, `specbench run` exits 1 at the end,
+  and `--resume` retries exactly those. A record is timed from the start of the attempt that produced it.
+  A server that is gone (a launched server that exited, or one that fails its health check after a request
+  used up its retries) fails the rest of the block at once, as it does at the start of a block.
 - Counters. The engine-specific subclass reads run-level counters (vLLM: `/metrics` deltas around the
   block; SGLang: sums of per-request `meta_info`) and per-request step data where the server returns it
   (`runners/server_metrics.py`). Counters are server totals over the block: another client of the same
@@ -25,8 +31,10 @@ response format and the counters.
 Engine-specific options ride on `--option KEY=VALUE` (recorded in the manifest with the settings):
 `drafter=PATH` (draft checkpoint), `tp=N` (tensor parallel size), `port=N`, `max_model_len=N`,
 `server_args="..."` (extra launch arguments), `server_python=PATH` (interpreter that has the engine),
-`startup_timeout=S`, `request_timeout=S`, `request_extra={...}` (JSON merged into each request body), plus
-method options (`max_n`, `min_n`, `matches`, `top_k`, `depth`).
+`startup_timeout=S`, `request_extra={...}` (JSON merged into each request body), the fault options
+`retries=N` (3), `retry_backoff=S` (1), `stall_timeout=S` (60) and `request_timeout=S` (600), plus method
+options (`max_n`, `min_n`, `matches`, `top_k`, `depth`). The options that do not change what a run measures
+(`OPERATIONAL_OPTIONS`: where the server listens, its Python, the timeouts and retries) may change on `--resume`.
 """
 
 from __future__ import annotations
@@ -50,14 +58,17 @@ from specbench.dataset import Row, chat_messages
 from specbench.errors import SpecbenchError
 from specbench.records import read_manifest
 from specbench.runners.base import OnRecord, Record
+from specbench.runners.server_faults import (
+    FAULT_OPTIONS, RETRY_STATUSES, EngineHTTPError, FaultPolicy, RetryableError, retry_after_s,
+)
 from specbench.runners.server_metrics import add_counters, counters_summary
 from specbench.settings import Job, MethodSpec, Settings
 
 # Every --option the server runners read: their own, then the method options they map to server flags.
 # Anything else is an error (`ServerRunner.check_options`), never an option a server silently ignored.
 SERVER_OPTIONS = ("drafter", "tp", "port", "max_model_len", "server_args", "server_python", "startup_timeout",
-                  "request_timeout", "host", "request_extra", "max_n", "min_n", "matches", "top_k", "depth")
-OPERATIONAL_OPTIONS = frozenset({"port", "host", "server_python", "startup_timeout", "request_timeout"})
+                  "host", "request_extra", *FAULT_OPTIONS, "max_n", "min_n", "matches", "top_k", "depth")
+OPERATIONAL_OPTIONS = frozenset({"port", "host", "server_python", "startup_timeout", *FAULT_OPTIONS})
 
 
 def _need(module: str, extra: str) -> Any:
@@ -68,10 +79,6 @@ def _need(module: str, extra: str) -> Any:
     except ImportError:
         raise SpecbenchError(f"the {extra} runner needs the Python package {module.split('.')[0]}: "
                              f"pip install 'specbench[{extra}]'") from None
-
-
-class EngineHTTPError(Exception):
-    """The server answered with an HTTP error or an error event."""
 
 
 # -- requests and records --------------------------------------------------------------------------------
@@ -109,39 +116,96 @@ class Stream:
 
 def failed_record(req: ServerRequest, settings: Settings, error: str, t_start: float, t_end: float | None = None,
                   ) -> dict[str, Any]:
+    """The record of a request that got no complete answer: no output, the error in words."""
     t_end = t_end or time.time()
     return {
         "question_id": req.id, "category": req.meta.get("category", ""), "method": settings.method,
         "concurrency": settings.concurrency, "status": "failed", "error": error,
         "prompt_token_ids": req.prompt_ids or [], "output_token_ids": [], "output_text": "", "steps": [],
         "mean_entropy": None, "t_start": t_start, "t_end": t_end, "ttft_s": 0.0, "latency_s": t_end - t_start,
+        "retries": 0,
     }
 
 
-async def sse_events(client: Any, url: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-    """POST `body` and yield each `data:` JSON event of the server-sent stream until [DONE]."""
-    async with client.stream("POST", url, json=body) as resp:
+async def sse_events(client: Any, url: str, body: dict[str, Any], stall: float | None = None,
+                     ) -> AsyncIterator[dict[str, Any]]:
+    """POST `body` and yield each `data:` JSON event of the server-sent stream until [DONE].
+
+    Raises RetryableError for HTTP 429/502/503/504 and for a connection that fails before the first event, and
+    EngineHTTPError for any other HTTP status, an error event, a malformed event, a stream that breaks after
+    its first event or ends without [DONE], and no event for `stall` seconds (the wait for the answer and its
+    first event included; None waits as long as the client's timeouts allow)."""
+    import httpx
+
+    events = 0
+
+    def no_output() -> EngineHTTPError:
+        return EngineHTTPError(f"no output for {stall:g} s (stall_timeout)"
+                               + (f" after {events} events" if events else ""))
+
+    def broken(err: Exception) -> EngineHTTPError:
+        if isinstance(err, httpx.TimeoutException) and not isinstance(err, httpx.ConnectTimeout):
+            return EngineHTTPError(f"the server stopped answering ({describe_error(err)})")
+        if events:
+            return EngineHTTPError(f"the stream broke after {events} events ({describe_error(err)})")
+        return RetryableError(f"no answer: {describe_error(err)}", connection=True)
+
+    try:
+        resp = await asyncio.wait_for(client.send(client.build_request("POST", url, json=body), stream=True), stall)
+    except asyncio.TimeoutError:
+        raise no_output() from None
+    except httpx.TransportError as err:
+        raise broken(err) from None
+    try:
         if resp.status_code != 200:
-            raw = (await resp.aread()).decode("utf-8", "replace")
-            raise EngineHTTPError(f"HTTP {resp.status_code}: {' '.join(raw.split())[:300]}")
-        async for line in resp.aiter_lines():
+            raw = (await asyncio.wait_for(resp.aread(), stall)).decode("utf-8", "replace")
+            message = f"HTTP {resp.status_code}: {' '.join(raw.split())[:300]}"
+            if resp.status_code in RETRY_STATUSES:
+                raise RetryableError(message, retry_after_s(resp.headers.get("retry-after")))
+            raise EngineHTTPError(message)
+        lines = resp.aiter_lines()
+        while True:
+            try:
+                line = await asyncio.wait_for(lines.__anext__(), stall)
+            except StopAsyncIteration:
+                break
             if not line.startswith("data:"):
                 continue
             data = line[len("data:"):].strip()
             if data == "[DONE]":
                 return
-            event = json.loads(data)
-            if isinstance(event, dict) and ("error" in event and "choices" not in event
-                                            or event.get("object") == "error"):
-                err = event.get("error", event)
-                raise EngineHTTPError(str(err.get("message", err) if isinstance(err, dict) else err))
+            event = parse_event(data)
+            events += 1
             yield event
-    raise EngineHTTPError("the stream ended without [DONE]")
+    except asyncio.TimeoutError:
+        raise no_output() from None
+    except httpx.TransportError as err:
+        raise broken(err) from None
+    finally:
+        await resp.aclose()
+    raise EngineHTTPError("the stream ended without [DONE]" + (f" after {events} events" if events else ""))
+
+
+def parse_event(data: str) -> dict[str, Any]:
+    """One `data:` payload as a JSON object; an error event or anything else malformed is an EngineHTTPError."""
+    try:
+        event = json.loads(data)
+    except ValueError:
+        raise EngineHTTPError(f"the server sent an event that is not JSON: {data[:200]!r}") from None
+    if not isinstance(event, dict):
+        raise EngineHTTPError(f"the server sent an event that is not a JSON object: {data[:200]!r}")
+    if "error" in event and "choices" not in event or event.get("object") == "error":
+        err = event.get("error", event)
+        raise EngineHTTPError(str(err.get("message", err) if isinstance(err, dict) else err))
+    return event
 
 
 def describe_error(err: BaseException) -> str:
-    text = str(err) or type(err).__name__
-    return f"{type(err).__name__}: {text}" if not isinstance(err, EngineHTTPError) else text
+    """An exception in one line: its text, led by its type unless it is one of ours."""
+    text = " ".join(str(err).split())
+    if isinstance(err, EngineHTTPError):
+        return text or type(err).__name__
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 # -- one variant on a server ----------------------------------------------------------------------------------------------
@@ -157,6 +221,15 @@ class Session:
     counters: dict[str, Any] | None = None
     counters_incomplete: bool = False
     blocks: int = 0
+    faults: FaultPolicy = field(default_factory=FaultPolicy)
+    retries: int = 0                       # retries of this process's requests, added to the manifest at close
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Replace a JSON file in one step, so an interruption leaves the old file or the new one, never half."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -195,6 +268,8 @@ class ServerRunner:
         self.target_spec = target
         self.dtype_name = dtype
         endpoint = endpoint.rstrip("/") if endpoint else None
+        if endpoint and not re.match(r"https?://[^/\s]+", endpoint):
+            raise SpecbenchError(f"--endpoint {endpoint!r}: expected a URL such as http://127.0.0.1:8000")
         if endpoint and endpoint.endswith("/v1"):   # an OpenAI client's base_url: the server root is above it
             endpoint = endpoint[: -len("/v1")]
         self.endpoint = endpoint
@@ -218,6 +293,9 @@ class ServerRunner:
             if key not in SERVER_OPTIONS:
                 raise SpecbenchError(f"{flag}: the {cls.engine} runner takes no option {key!r} "
                                      f"(it takes {', '.join(SERVER_OPTIONS)})")
+        FaultPolicy.from_options(shared)
+        for m, own in methods:
+            FaultPolicy.from_options(own, f"--methods {m}:")
 
     @classmethod
     def from_job(cls, job: Job) -> "ServerRunner":
@@ -248,7 +326,7 @@ class ServerRunner:
         command = None if self.endpoint else self.launch_command(settings)
         if command:
             config = {**config, "launch_command": shell_join(command)}
-        return Session(settings, command, config, run_dir)
+        return Session(settings, command, config, run_dir, faults=FaultPolicy.from_options(self._options(settings)))
 
     def run(self, prepared: Session, requests: list[ServerRequest], on_record: OnRecord) -> None:
         session, settings = prepared, prepared.settings
@@ -256,30 +334,35 @@ class ServerRunner:
         if base is None:
             now = time.time()
             for req in requests:
-                on_record(failed_record(req, settings, f"server unreachable at {self._base}", now, now))
+                on_record(failed_record(req, settings, self._gone_reason(), now, now))
             return
         self.prepare_requests(requests)
         session.blocks += 1
         asyncio.run(self._drive(base, session, requests, on_record))
 
     def close(self, prepared: Session, run_dir: Path) -> None:
-        """Stop a launched server; add the variant's engine counters to the manifest (to those of an earlier,
-        resumed run of it)."""
+        """Stop a launched server; add the variant's engine counters and retries to the manifest (to those of an
+        earlier, resumed run of it)."""
         session = prepared
         self.stop_server()
-        if session.counters is None and not session.counters_incomplete:
+        counted = session.counters is not None or session.counters_incomplete
+        if not (session.blocks or session.retries or counted) or not (run_dir / "manifest.json").exists():
             return
-        path = run_dir / "manifest.json"
         meta = read_manifest(run_dir)
-        old = meta.get("engine_counters", {}).get("counters")
-        total = add_counters(old, session.counters) if old and session.counters else (session.counters or old)
-        meta["engine_counters"] = {
-            "source": self.counters_source,
-            "counters": total,
-            "summary": self.summarize_counters(total) if total else None,
-            "incomplete": bool(session.counters_incomplete or meta.get("engine_counters", {}).get("incomplete")),
-        }
-        path.write_text(json.dumps(meta, indent=2) + "\n")
+        if session.blocks or session.retries:
+            meta["request_retries"] = int(meta.get("request_retries") or 0) + session.retries
+        if counted:
+            old = meta.get("engine_counters", {}).get("counters")
+            total = (add_counters(old, session.counters) if old and session.counters
+                     else (session.counters or old))
+            meta["engine_counters"] = {
+                "source": self.counters_source,
+                "counters": total,
+                "summary": self.summarize_counters(total) if total else None,
+                "incomplete": bool(session.counters_incomplete
+                                   or meta.get("engine_counters", {}).get("incomplete")),
+            }
+        write_json(run_dir / "manifest.json", meta)
 
     # -- subclass hooks --------------------------------------------------------------------------------
     counters_source = ""
@@ -340,6 +423,20 @@ class ServerRunner:
 
     def check_server(self, base: str, session: Session) -> None:
         """Attach mode: learn the served model name and refuse a server that serves something else."""
+
+    def get_json(self, url: str, timeout: float = 30.0) -> tuple[int, Any, str]:
+        """GET `url`: (HTTP status, the body as JSON or None when it is not JSON, the body's first words).
+        A request that gets no answer is a SpecbenchError naming the URL."""
+        try:
+            resp = self.httpx.get(url, timeout=timeout)
+        except self.httpx.HTTPError as err:
+            raise SpecbenchError(f"GET {url}: no answer ({describe_error(err)})") from None
+        text = " ".join(resp.text.split())[:200]
+        try:
+            data = resp.json()
+        except ValueError:
+            data = None
+        return resp.status_code, data, text
 
     def _probe(self, base: str, timeout: float) -> bool:
         try:
@@ -416,22 +513,20 @@ class ServerRunner:
 
     # -- one block of requests -------------------------------------------------------------------------
     async def _drive(self, base: str, session: Session, requests: list[ServerRequest], on_record: OnRecord) -> None:
-        settings = session.settings
-        opts = self._options(settings)
-        timeout = self.httpx.Timeout(float(opts.get("request_timeout", 600)), connect=10.0)
-        limits = self.httpx.Limits(max_connections=settings.concurrency + 2,
-                                   max_keepalive_connections=settings.concurrency + 2)
-        sem = asyncio.Semaphore(settings.concurrency)
+        faults = session.faults
+        # no read timeout of httpx's own: sse_events bounds each wait by stall_timeout, _attempts the whole
+        # attempt by request_timeout
+        timeout = self.httpx.Timeout(None, connect=10.0, write=faults.stall_timeout)
+        limits = self.httpx.Limits(max_connections=session.settings.concurrency + 2,
+                                   max_keepalive_connections=session.settings.concurrency + 2)
+        sem = asyncio.Semaphore(session.settings.concurrency)
+        gone: list[str] = []        # why the server is gone, once it is: the block's other requests fail at once
         async with self.httpx.AsyncClient(timeout=timeout, limits=limits) as client:
             state = await self.before_block(client, base, session)
 
             async def guarded(req: ServerRequest) -> dict[str, Any]:
                 async with sem:
-                    t0 = time.time()
-                    try:
-                        return await self.one(client, base, session, req)
-                    except (self.httpx.HTTPError, EngineHTTPError, OSError, ValueError, KeyError) as err:
-                        return failed_record(req, settings, describe_error(err), t0)
+                    return await self._attempts(client, base, session, req, gone)
 
             records = []
             for fut in asyncio.as_completed([guarded(r) for r in requests]):
@@ -439,6 +534,69 @@ class ServerRunner:
                 records.append(rec)
                 on_record(rec)
             await self.after_block(client, base, session, state, records)
+
+    async def _attempts(self, client: Any, base: str, session: Session, req: ServerRequest,
+                        gone: list[str]) -> dict[str, Any]:
+        """One request, asked again as the fault policy allows: its record, ok or failed, with `retries`."""
+        settings, faults = session.settings, session.faults
+        retries = 0
+        while True:
+            t0 = time.time()
+            if gone:
+                rec = failed_record(req, settings, gone[0], t0, t0)
+                break
+            try:
+                rec = await asyncio.wait_for(self.one(client, base, session, req), faults.request_timeout)
+                break
+            except RetryableError as err:
+                exited = await self._exited_async() if err.connection else self._exited()
+                if exited is None and retries < faults.retries:
+                    await asyncio.sleep(faults.wait_s(retries, err.retry_after))
+                    retries += 1
+                    continue
+                if exited is None and not await self._healthy_async(client, base):
+                    exited = f"server unreachable at {base} (GET {self.health_path} fails)"
+                if exited is not None and not gone:
+                    gone.append(exited)
+                error = str(err) + (f" (after {retries} retries)" if retries else "")
+                rec = failed_record(req, settings, error + (f"; {exited}" if exited else ""), t0)
+                break
+            except asyncio.TimeoutError:
+                rec = failed_record(req, settings, f"no complete answer within {faults.request_timeout:g} s "
+                                                   "(request_timeout)", t0)
+                break
+            except (self.httpx.HTTPError, EngineHTTPError, OSError, ValueError, KeyError, TypeError,
+                    AttributeError) as err:        # a malformed answer fails its request, not the run
+                rec = failed_record(req, settings, describe_error(err), t0)
+                break
+        rec["retries"] = retries
+        session.retries += retries
+        return rec
+
+    def _exited(self) -> str | None:
+        """Why a server this runner launched is gone (it exited), or None while it runs or when attached."""
+        code = self._proc.poll() if self._proc is not None else None
+        if code is None:
+            return None
+        log = f"; see {self._proc_log.name}" if self._proc_log is not None else ""
+        return f"the {self.engine} server exited with code {code}{log}"
+
+    async def _exited_async(self, grace_s: float = 0.5) -> str | None:
+        """`_exited` after a lost connection: a launched server's sockets close a moment before its exit can be
+        seen, so look again for up to `grace_s` before calling it alive."""
+        deadline = time.monotonic() + grace_s
+        while (exited := self._exited()) is None and self._proc is not None and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return exited
+
+    def _gone_reason(self) -> str:
+        return self._exited() or f"server unreachable at {self._base}"
+
+    async def _healthy_async(self, client: Any, base: str) -> bool:
+        try:
+            return (await client.get(base + self.health_path, timeout=5.0)).status_code == 200
+        except self.httpx.HTTPError:
+            return False
 
 
 def local_target_folder(spec: str) -> Path | None:

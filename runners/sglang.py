@@ -172,15 +172,15 @@ class SglangRunner(ServerRunner):
                 "tensor_parallel_size": int(opts.get("tp", 1))}
 
     def check_server(self, base: str, session: Session) -> None:
-        """Refuse a server whose draft width differs from --budget (when it reports one)."""
-        try:
-            resp = self.httpx.get(base + "/get_server_info", timeout=30)
-            info = resp.json() if resp.status_code == 200 else {}
-        except (self.httpx.HTTPError, ValueError):
-            info = {}
-        width = info.get("speculative_num_draft_tokens")
+        """Refuse a server whose draft width differs from --budget (when it reports one) and one whose info
+        route fails (HTTP 5xx); a server without the route (older SGLang) is taken as it is."""
+        url = base + "/get_server_info"
+        status, info, text = self.get_json(url)
+        if status >= 500:
+            raise SpecbenchError(f"GET {url} answered HTTP {status} ({text or 'no body'}); see the server's log")
+        width = info.get("speculative_num_draft_tokens") if status == 200 and isinstance(info, dict) else None
         s = session.settings
-        if s.method != "vanilla" and width is not None and int(width) != s.budget:
+        if s.method != "vanilla" and str(width).isdigit() and int(width) != s.budget:
             raise SpecbenchError(f"{base} verifies {width} tokens per step (speculative_num_draft_tokens), "
                                  f"but this run has --budget {s.budget}")
 
@@ -206,7 +206,8 @@ class SglangRunner(ServerRunner):
         st = Stream(t_start=time.time())
         ids: list[int] = []
         meta: dict[str, Any] = {}
-        async for event in sse_events(client, base + "/generate", self._body(req, settings)):
+        async for event in sse_events(client, base + "/generate", self._body(req, settings),
+                                      session.faults.stall_timeout):
             t = time.time()
             meta = event.get("meta_info") or meta
             new = list(event.get("output_ids") or [])

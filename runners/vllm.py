@@ -124,16 +124,22 @@ class VllmRunner(ServerRunner):
                 "tensor_parallel_size": int(opts.get("tp", 1))}
 
     def check_server(self, base: str, session: Session) -> None:
-        resp = self.httpx.get(base + "/v1/models", timeout=30)
-        resp.raise_for_status()
-        models = resp.json().get("data") or []
-        if not models:
-            raise SpecbenchError(f"{base}/v1/models lists no model")
+        url = base + "/v1/models"
+        status, data, text = self.get_json(url)
+        if status != 200:
+            raise SpecbenchError(f"GET {url} answered HTTP {status} ({text or 'no body'}): the server cannot list "
+                                 "its model; see its log")
+        models = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(models, list):
+            raise SpecbenchError(f"GET {url} answered no model list ({text or 'no body'}): is {base} an "
+                                 "OpenAI-compatible server?")
+        if not models or not isinstance(models[0], dict) or not isinstance(models[0].get("id"), str):
+            raise SpecbenchError(f"GET {url} lists no model")
         self._model_name = models[0]["id"]
         # `specbench serve` says what it runs; a real vLLM does not, and is trusted.
         info = models[0].get("specbench")
         s = session.settings
-        if info and (info.get("method"), info.get("budget")) != (s.method, s.budget):
+        if isinstance(info, dict) and (info.get("method"), info.get("budget")) != (s.method, s.budget):
             raise SpecbenchError(f"{base} serves {info.get('method')} L={info.get('budget')}, but this run is "
                                  f"{s.method} L={s.budget}")
 
@@ -179,7 +185,8 @@ class VllmRunner(ServerRunner):
     async def one(self, client: Any, base: str, session: Session, req: ServerRequest) -> dict[str, Any]:
         settings = session.settings
         st = Stream(t_start=time.time())
-        async for event in sse_events(client, base + "/v1/chat/completions", self._body(req, settings)):
+        async for event in sse_events(client, base + "/v1/chat/completions", self._body(req, settings),
+                                      session.faults.stall_timeout):
             t = time.time()
             if event.get("prompt_token_ids") is not None:
                 st.prompt_ids = list(event["prompt_token_ids"])
