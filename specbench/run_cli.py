@@ -21,6 +21,8 @@ ENGINE_HELP = ("reference (the bundled engine, in this process), vllm or sglang 
 PREFIX_HELP = ("Reference engine: reuse the KV of the longest prefix a prompt shares with one of the last 8 "
                "(the system prompt), as vLLM and SGLang do; --no-prefix-cache prefills every prompt whole.")
 ENDPOINT_HELP = "URL of a running vLLM / SGLang / `specbench serve` server (with --engine vllm or sglang)."
+ALLOW_FAILURES_HELP = ("Exit 0 even when requests failed (a server engine's refused, dropped or timed-out requests); "
+                       "without it such a run exits 1 after writing its records and report.")
 
 
 def parse_options(items: list[str], flag: str = "--option") -> dict[str, Any]:
@@ -95,6 +97,7 @@ def register(app: typer.Typer) -> None:
         out: Optional[Path] = typer.Option(None, help="Run directory (default runs/<time>-<method>-L<L>-C<C>)."),
         resume: bool = typer.Option(False, help="Continue the run in --out: keep its records, run the rest."),
         report: bool = typer.Option(True, help="Render RUN_DIR/report/ (leaderboard.md, index.html) at the end."),
+        allow_failures: bool = typer.Option(False, "--allow-failures", help=ALLOW_FAILURES_HELP),
     ) -> None:
         """Run one method over a dataset and write RUN_DIR/manifest.json and RUN_DIR/records.jsonl.
 
@@ -108,8 +111,8 @@ def register(app: typer.Typer) -> None:
                             parse_options(option))
         path = run_one(job, settings, out, resume)
         _finish([path], path / "report" if report else None)
-        _print_failures([path])
         console.print(f"run: {path}")
+        _exit_on_failures([path], "" if out is not None else f" --out {path}", allow_failures)
 
     @app.command()
     def compare(
@@ -137,6 +140,7 @@ def register(app: typer.Typer) -> None:
         out: Optional[Path] = typer.Option(None, help="Folder for the run dirs (default runs/compare-<time>)."),
         resume: bool = typer.Option(False, help="Continue the comparison in --out."),
         report: Optional[Path] = typer.Option(None, help="Report folder (default OUT/report)."),
+        allow_failures: bool = typer.Option(False, "--allow-failures", help=ALLOW_FAILURES_HELP),
     ) -> None:
         """Run several methods interleaved on the same requests, so machine drift cancels in the speedups.
 
@@ -152,19 +156,44 @@ def register(app: typer.Typer) -> None:
         root = paths[0].parent
         _finish(paths, report or root / "report")
         _print_match_rates(paths)
-        _print_failures(paths)
         console.print(f"runs: {root}")
+        _exit_on_failures(paths, "" if out is not None else f" --out {root}", allow_failures)
 
 
-def _print_failures(paths: list[Path]) -> None:
-    """Failed requests (server engines: refused, dropped or timed-out requests) and how to retry them."""
+def failure_summary(paths: list[Path], resume_flags: str) -> list[str]:
+    """Lines saying how many requests failed (per run when there are several), the first error, and how to
+    retry them; empty when none failed."""
     from specbench.records import read_records
 
-    for p in paths:
-        failed = [r for r in read_records(p) if r["status"] != "ok"]
-        if failed:
-            console.print(f"[yellow]{p}: {len(failed)} request(s) failed[/] (first: {failed[0]['error']}); "
-                          f"rerun the same command with --resume to retry them", highlight=False)
+    runs = [(p, read_records(p)) for p in paths]
+    failed = [(p, r) for p, recs in runs for r in recs if r["status"] != "ok"]
+    if not failed:
+        return []
+    lines = []
+    if len(paths) > 1:
+        for p, recs in runs:
+            n = sum(r["status"] != "ok" for r in recs)
+            if n:
+                lines.append(f"{p}: {n} of {len(recs)} requests failed")
+    total = sum(len(recs) for _, recs in runs)
+    lines.append(f"{len(failed)} of {total} requests failed (first: {failed[0][1]['error']}); "
+                 f"rerun with --resume{resume_flags} to retry them")
+    return lines
+
+
+def _exit_on_failures(paths: list[Path], resume_flags: str, allow_failures: bool) -> None:
+    """Say which runs hold failed requests (server engines: refused, dropped or timed-out requests) and exit 1
+    unless --allow-failures, so a script that runs a benchmark learns that it is incomplete."""
+    lines = failure_summary(paths, resume_flags)
+    if not lines:
+        return
+    from rich.markup import escape
+
+    for line in lines:
+        console.print(f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True)
+    if not allow_failures:
+        console.print("exit status 1: requests failed (--allow-failures accepts them)", highlight=False)
+        raise typer.Exit(1)
 
 
 def _print_match_rates(paths: list[Path]) -> None:
