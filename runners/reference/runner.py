@@ -59,8 +59,15 @@ class ReferenceRunner:
         from transformers import AutoTokenizer
 
         self.target_spec = target
-        self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
-        self.model: Transformer = pack_linears(load_transformer(self.folder, torch_dtype))
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
+        except (OSError, ValueError) as err:
+            raise SpecbenchError(f"{self.folder}: cannot load the target's tokenizer ({err})") from None
+        try:
+            self.model: Transformer = pack_linears(load_transformer(self.folder, torch_dtype))
+        except (OSError, KeyError, ValueError) as err:
+            raise SpecbenchError(f"{self.folder}: cannot load the target's weights ({type(err).__name__}: "
+                                 f"{err})") from None
         self.eos_ids = eos_ids(self.folder, self.tokenizer)
         self._sha: str | None = None
 
@@ -96,7 +103,10 @@ class ReferenceRunner:
 
     def describe(self) -> dict[str, Any]:
         if self._sha is None:
-            self._sha = weights_sha256(self.folder)
+            try:
+                self._sha = weights_sha256(self.folder)
+            except WeightsError as err:
+                raise SpecbenchError(str(err)) from None
         return {
             "engine": self.engine,
             "target": self.target_spec,
@@ -143,15 +153,23 @@ class ReferenceRunner:
         return Engine(self.model, proposer, cfg, max_len)
 
     def max_len(self, requests: list[Request], settings: Settings) -> int:
-        """KV slots long enough for the longest prompt, the output, and one step's tree."""
+        """KV slots long enough for the longest prompt, the output, and one step's tree (at least 64 slots, so
+        every method's tree fits); an overflow names what causes it: --budget or the prompt and output."""
         longest = max(len(r.prompt_ids) for r in requests)
-        need = longest + settings.max_new_tokens + max(settings.budget, 64) + 1
+        text = longest + settings.max_new_tokens
+        need = text + max(settings.budget, 64) + 1
         limit = self.model.args.max_position
-        if need > limit:
+        if need <= limit:
+            return need
+        if text + 64 + 1 <= limit:
             raise SpecbenchError(
-                f"a prompt of {longest} tokens + {settings.max_new_tokens} new tokens exceeds the target's "
-                f"{limit}-token context; lower --max-new-tokens or filter long rows")
-        return need
+                f"--budget {settings.budget}: a step's tree needs {settings.budget} KV positions beyond the prompt "
+                f"and output ({longest} + {settings.max_new_tokens} tokens), which leaves {limit - text - 1} of "
+                f"the target's {limit}-token context; use --budget {limit - text - 1} or less")
+        raise SpecbenchError(
+            f"a prompt of {longest} tokens + {settings.max_new_tokens} new tokens + a step's tree of "
+            f"{max(settings.budget, 64)} exceeds the target's {limit}-token context; lower --max-new-tokens "
+            "or filter long rows")
 
     def record(self, seq: Sequence, settings: Settings) -> Record:
         out = seq.output
