@@ -1,13 +1,14 @@
 """Run orchestration: one method (`run`) or several interleaved on the same requests (`compare`).
 
 Each (method, budget, concurrency) writes its own run directory (manifest.json + records.jsonl), so
-analysis treats a comparison as a set of ordinary runs. Records are appended as requests finish, so
-Ctrl-C loses only requests still in flight, and `resume` continues where the records stop.
+analysis treats a comparison as a set of ordinary runs. Every run directory is claimed (locked and checked,
+`specbench.rundir`) before the engine loads, so a second run on the same directory, or a directory that cannot
+be written, is refused at once. Records are appended as requests finish, so Ctrl-C loses only requests still
+in flight, and `resume` continues where the records stop.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import re
@@ -25,15 +26,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from specbench.analysis.metrics import method_label
 from specbench.errors import SpecbenchError
 from specbench.machine_load import LoadMeter, warning
-from specbench.records import MANIFEST_FILE, RecordWriter, iter_finished_ids, read_manifest
+from specbench.records import RecordWriter, read_manifest, write_manifest
+from specbench.rundir import RunDir, claimed
 from specbench.runners import runner_class
 from specbench.runners.base import Prepared, Runner
 from specbench.settings import Job, MethodSpec, Settings
 
-# Settings that must match for `--resume` to append to an existing run.
-RESUME_KEYS = ("method", "budget", "concurrency", "max_new_tokens", "temperature", "top_p", "top_k", "seed",
-               "options", "dataset", "categories", "target", "dtype", "engine", "prefix_cache")
-
+__all__ = ["RecordWriter", "execute", "run_compare", "run_one"]   # RecordWriter: tests cut runs short through it
 
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
@@ -69,45 +68,6 @@ def manifest(run_id: str, job: Job, settings: Settings, runner: Runner, method_c
     }
 
 
-def check_resumable(run_dir: Path, expected: dict[str, Any]) -> None:
-    """Refuse to append records made under different settings to an existing run."""
-    old = read_manifest(run_dir)
-    diff = [k for k in RESUME_KEYS if old.get(k) != expected.get(k)]
-    if diff:
-        shown = ", ".join(f"{k}: {old.get(k)!r} there, {expected.get(k)!r} now" for k in diff)
-        raise SpecbenchError(f"{run_dir}: cannot resume, settings differ ({shown})")
-
-
-class RunDir:
-    """One run directory: its manifest, its record writer, and the ids it still needs."""
-
-    def __init__(self, path: Path, meta: dict[str, Any], resume: bool, all_ids: list[str]):
-        self.path = path
-        has_records = (path / "records.jsonl").exists() and (path / "records.jsonl").stat().st_size > 0
-        if resume:
-            if not (path / MANIFEST_FILE).exists():
-                raise SpecbenchError(f"{path}: nothing to resume (no manifest.json)")
-            check_resumable(path, meta)
-            meta = {**read_manifest(path), "resumed": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-        elif has_records:
-            raise SpecbenchError(f"{path} already holds records: pass --resume to continue it, or another --out")
-        path.mkdir(parents=True, exist_ok=True)
-        (path / MANIFEST_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-        self.meta = meta
-        done = set(iter_finished_ids(path))
-        self.todo = {i for i in all_ids if i not in done}
-        if resume:
-            self._drop_failed(done)
-        self.writer = RecordWriter(path)
-
-    def _drop_failed(self, done: set[str]) -> None:
-        """Failed records of requests about to be retried are superseded; keep the file free of them."""
-        rec_path = self.path / "records.jsonl"
-        lines = [ln for ln in rec_path.read_text().splitlines()
-                 if ln.strip() and json.loads(ln)["question_id"] in done]
-        rec_path.write_text("".join(ln + "\n" for ln in lines))
-
-
 def progress_bar() -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("{task.fields[tok_s]:>6.1f} tok/s"), TimeElapsedColumn(), TimeRemainingColumn())
@@ -125,11 +85,11 @@ class Variant:
     load: LoadMeter | None = None            # CPU other processes took while it ran (in-process engines only)
 
 
-def execute(runner: Runner, job: Job, variants_settings: list[Settings], out_dirs: list[Path],
-            resume: bool, compare_id: str | None, chunk: int | None) -> list[Path]:
+def execute(runner: Runner, job: Job, variants_settings: list[Settings], run_dirs: list[RunDir],
+            compare_id: str | None, chunk: int | None) -> list[Path]:
     """Run every variant on the same rows, interleaving them chunk by chunk (rotating their order); chunk None
     (or a server engine): each variant takes every row in one block, so C requests stay in flight until the
-    queue runs dry."""
+    queue runs dry. The run directories are claimed already (`specbench.rundir.claimed`)."""
     seed = variants_settings[0].seed
     rows = job.rows(seed)
     if not rows:
@@ -137,13 +97,18 @@ def execute(runner: Runner, job: Job, variants_settings: list[Settings], out_dir
     requests = runner.requests(rows)
     by_id = {r.id: r for r in requests}
     ids = [r.id for r in requests]
-    variants = []
-    for settings, path in zip(variants_settings, out_dirs):
-        prepared = runner.prepare(settings, requests, path)
-        meta = manifest(path.name, job, settings, runner, prepared.method_config, len(ids), compare_id)
-        run_dir = RunDir(path, meta, resume, ids)
-        load = LoadMeter.resumed(run_dir.meta.get("machine_load")) if runner.in_process else None
-        variants.append(Variant(settings, run_dir, prepared, load=load))
+    variants: list[Variant] = []
+    try:
+        for settings, run_dir in zip(variants_settings, run_dirs):
+            prepared = runner.prepare(settings, requests, run_dir.path)
+            meta = manifest(run_dir.path.name, job, settings, runner, prepared.method_config, len(ids), compare_id)
+            run_dir.open(meta, ids, runner.operational_options)
+            load = LoadMeter.resumed(run_dir.meta.get("machine_load")) if runner.in_process else None
+            variants.append(Variant(settings, run_dir, prepared, load=load))
+    except BaseException:
+        for v in variants:
+            v.dir.close_records()
+        raise
     if chunk is None or not runner.in_process:
         chunk = len(ids)
     total = sum(len(v.dir.todo) for v in variants)
@@ -159,12 +124,12 @@ def execute(runner: Runner, job: Job, variants_settings: list[Settings], out_dir
                         _run_block(runner, v, todo, bar, task)
     except KeyboardInterrupt:
         kept = sum(len(ids) - len(v.dir.todo) for v in variants)
-        hint = "rerun the same command with --resume" + ("" if compare_id else " --out " + str(out_dirs[0]))
+        hint = "rerun the same command with --resume" + ("" if compare_id else " --out " + str(run_dirs[0].path))
         print(f"\ninterrupted: {kept} finished records are kept; {hint}", file=sys.stderr)
         raise
     finally:
         for v in variants:
-            v.dir.writer.close()
+            v.dir.close_records()
             runner.close(v.prepared, v.dir.path)
             _save_load(v)
     return [v.dir.path for v in variants]
@@ -175,8 +140,7 @@ def _save_load(v: Variant) -> None:
     shares = v.load.shares() if v.load is not None else None
     if shares is None:
         return
-    path = v.dir.path / MANIFEST_FILE
-    path.write_text(json.dumps({**read_manifest(v.dir.path), "machine_load": shares}, indent=2) + "\n")
+    write_manifest(v.dir.path, {**read_manifest(v.dir.path), "machine_load": shares})
     line = warning(_variant_label(v.settings), shares)
     if line:
         print(line, file=sys.stderr)
@@ -194,8 +158,7 @@ def _run_block(runner: Runner, v: Variant, todo: list, bar: Progress, task: Any)
     t0 = time.time()
 
     def on_record(rec: dict[str, Any]) -> None:
-        v.dir.writer.write(rec)
-        v.dir.todo.discard(rec["question_id"])
+        v.dir.write(rec)
         v.tokens += len(rec["output_token_ids"])
         rate = v.tokens / max(v.busy_s + time.time() - t0, 1e-9)
         bar.update(task, advance=1, tok_s=rate, description=_variant_label(v.settings))
@@ -216,7 +179,8 @@ def run_one(job: Job, settings: Settings, out: Path | None, resume: bool) -> Pat
     path = out or Path("runs") / new_run_id(settings)
     cls = runner_class(job.engine)
     cls.check_options([(settings.method, {})], settings.options)
-    return execute(cls.from_job(job), job, [settings], [path], resume, None, chunk=None)[0]
+    with claimed([path], resume) as dirs:
+        return execute(cls.from_job(job), job, [settings], dirs, None, chunk=None)[0]
 
 
 def _dir_label(settings: Settings) -> str:
@@ -240,14 +204,14 @@ def run_compare(job: Job, base: Settings, methods: list[MethodSpec], budgets: li
     if chunk and not cls.in_process:
         raise SpecbenchError(f"--chunk is for the reference engine: {job.engine} keeps C requests in flight "
                              "throughout, one server at a time")
-    runner = cls.from_job(job)
-    paths = []
-    for c in concurrencies:
-        variants = []
-        for m, own in methods:
-            for L in ([1] if m == "vanilla" else budgets):
-                variants.append(replace(base, method=m, budget=L, concurrency=c,
-                                        options={**base.options, **own}, variant=own))
-        dirs = [root / f"{_dir_label(s)}-L{s.budget}-C{c}" for s in variants]
-        paths += execute(runner, job, variants, dirs, resume, compare_id, chunk or (1 if c == 1 else 4 * c))
-    return paths
+    by_c = {c: [replace(base, method=m, budget=L, concurrency=c, options={**base.options, **own}, variant=own)
+                for m, own in methods for L in ([1] if m == "vanilla" else budgets)] for c in concurrencies}
+    paths = [root / f"{_dir_label(s)}-L{s.budget}-C{c}" for c in concurrencies for s in by_c[c]]
+    # A resumed comparison may not have reached some variants yet: those start fresh.
+    with claimed(paths, resume, missing_ok=True) as all_dirs:
+        runner = cls.from_job(job)
+        done: list[Path] = []
+        for c in concurrencies:
+            dirs = all_dirs[len(done): len(done) + len(by_c[c])]
+            done += execute(runner, job, by_c[c], dirs, compare_id, chunk or (1 if c == 1 else 4 * c))
+    return done
