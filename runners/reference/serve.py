@@ -3,7 +3,7 @@
 Endpoints (standard library only: http.server with one thread per connection, the engine in its own thread):
 
     POST /v1/chat/completions, /v1/completions   streaming (server-sent events) and non-streaming
-    GET  /health                                 200 once the engine runs, 503 after it failed
+    GET  /health                                 200 while the engine can serve, 503 while it cannot
     GET  /v1/models                              the served model (+ a `specbench` object: method, budget)
     GET  /metrics                                Prometheus text: vLLM's spec-decode counters, same meaning
 
@@ -12,25 +12,36 @@ vLLM's max-num-seqs): the engine's request source yields `reference_eagle4.engin
 waiting, so the step loop goes on, and `on_progress` streams each step's tokens as they are emitted.
 
 vLLM semantics reproduced, so the vLLM runner measures this server exactly as it measures vLLM:
-- /metrics counters (vllm/v1/spec_decode/metrics.py, `SpecDecodingStats.observe_draft`), exposed only when a
-  speculative method runs (as vLLM does): for each step of a sequence that drafted k > 0 tokens and accepted
-  a of them, `vllm:spec_decode_num_drafts_total` += 1, `..._num_draft_tokens_total` += k,
-  `..._num_accepted_tokens_total` += a, `..._num_accepted_tokens_per_pos_total{position=i}` += 1 for i < a.
-  Accepted counts are not cut by EOS / max_tokens (vLLM counts them before the stop check). Steps that
-  drafted nothing (prompt lookup found no match) are not drafts.
-- per-request metrics as with `--per-request-spec-decode-metrics detailed`
-  (docs/features/speculative_decoding/acceptance_metrics.md): `metrics.speculative_decoding` on the
-  non-streaming response and on the final usage chunk of a stream (`stream_options.include_usage`).
+- /metrics counters and per-request `metrics.speculative_decoding` (`--per-request-spec-decode-metrics
+  detailed`), on the non-streaming response and on the final usage chunk of a stream
+  (`stream_options.include_usage`): serve_metrics.py has their definitions.
 - `return_token_ids`: `prompt_token_ids` on the first chunk / the response, `token_ids` on every choice.
 Beyond vLLM, `metrics.specbench` carries the exact per-step records and the mean entropy of the request.
 
 Sampling is fixed when the server starts (--temperature/--top-p/--top-k, per-request seeds from --seed): a
 request asking for other sampling settings, or for features the engine lacks (n > 1, stop strings, logprobs,
 tools, penalties, ignore_eos), gets HTTP 400 rather than a silently different answer.
+
+Threat model. The server is meant for benchmarking on one machine or a trusted network: it has no
+authentication, no TLS and no per-client quotas, and it listens on 127.0.0.1 unless told otherwise
+(`--host 0.0.0.0` prints a warning). Within that, no single client can take it down or starve it for long:
+- every request is checked in full before it reaches the engine (serve_requests.py): malformed JSON, fields
+  of the wrong type, message shapes, token ids outside the vocabulary and prompts longer than the context
+  (bounded by length before they are tokenised) are answered 4xx JSON;
+- bodies are limited in size (--max-body-bytes, 413 before reading them) and every request must arrive within
+  --read-timeout seconds; connection threads are capped (--max-connections; beyond them 503): serve_http.py;
+- an engine failure fails the requests it hit and not the server: a failure while admitting one request
+  (its prefill) fails that request alone; a failure in a batched step, which cannot be pinned on one
+  sequence, fails the requests of that batch; the engine then starts its loop afresh and serves the next
+  request, and /health answers 503 only while that restart runs or after the engine thread itself is gone.
+What it does not defend against: a client that sends many valid requests (each is served in turn, up to
+--max-connections at once), or a client that reads a stream slowly (its thread waits up to --read-timeout per
+write).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import math
@@ -39,15 +50,21 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from specbench.runners.reference.serve_http import (
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT_S, ApiError, GuardedServer, JsonHandler)
+from specbench.runners.reference.serve_metrics import (
+    CONTENT_TYPE, MetricsSnapshot, SpecCounters, exposition, request_spec_metrics)
+from specbench.runners.reference.serve_requests import Completion, Limits, RequestReader, Sampling
 
 log = logging.getLogger("specbench.serve")
 
 
 @dataclass
 class ServeConfig:
+    """What `specbench serve` runs (the engine, its sampling) and how it guards its HTTP side (serve_http.py)."""
+
     target: str = "smollm2-135m"
     method: str = "ngram"
     budget: int = 8
@@ -63,59 +80,19 @@ class ServeConfig:
     model_name: str | None = None
     host: str = "127.0.0.1"
     port: int = 8000
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    read_timeout: float = DEFAULT_READ_TIMEOUT_S
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, kind: str = "BadRequestError"):
-        super().__init__(message)
-        self.status, self.message, self.kind = status, message, kind
-
-
-class SpecCounters:
-    """vLLM's SpecDecodingStats, accumulated over the server's life (see the module docstring)."""
-
-    def __init__(self, num_spec_tokens: int):
-        self.drafts = 0
-        self.draft_tokens = 0
-        self.accepted = 0
-        self.per_pos = [0] * max(num_spec_tokens, 0)
-
-    def observe(self, step: dict[str, Any]) -> None:
-        if step["drafted"] <= 0:
-            return
-        self.drafts += 1
-        self.draft_tokens += step["drafted"]
-        self.accepted += step["accepted"]
-        if step["accepted"] > len(self.per_pos):
-            self.per_pos += [0] * (step["accepted"] - len(self.per_pos))
-        for i in range(step["accepted"]):
-            self.per_pos[i] += 1
-
-
-def request_spec_metrics(steps: list[dict[str, Any]], num_spec_tokens: int) -> dict[str, Any]:
-    """`metrics.speculative_decoding` of one request, as vLLM's `detailed` level reports it."""
-    drafting = [s for s in steps if s["drafted"] > 0]
-    width = max([num_spec_tokens, *(s["drafted"] for s in drafting)])
-    hist = [0] * (width + 1)
-    by_len: dict[str, list[int]] = {}
-    for s in drafting:
-        hist[s["accepted"]] += 1
-        row = by_len.setdefault(str(s["drafted"]), [0] * (s["drafted"] + 1))
-        row[min(s["accepted"], s["drafted"])] += 1
-    accepted = sum(s["accepted"] for s in drafting)
-    drafted = sum(s["drafted"] for s in drafting)
-    return {
-        "mean_acceptance_length": 1.0 + accepted / len(drafting) if drafting else 1.0,
-        "draft_acceptance_rate": accepted / drafted if drafted else 0.0,
-        "acceptance_histogram": hist,
-        "acceptance_histogram_by_draft_length": by_len,
-        "num_spec_steps": len(drafting),
-        "num_accepted_draft_tokens": accepted,
-        "num_draft_tokens": drafted,
-        "num_spec_tokens": num_spec_tokens,
-        "per_step_accepted": [s["accepted"] for s in drafting],
-        "per_step_drafted": [s["drafted"] for s in drafting],
-    }
+def is_loopback(host: str) -> bool:
+    """Whether `host` only accepts connections from this machine (a name other than localhost counts as not)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class Handle:
@@ -129,7 +106,7 @@ class Handle:
 
 
 class EngineService:
-    """The reference engine running forever in one thread, fed from a queue of requests."""
+    """The reference engine running in one thread, fed from a queue of requests, surviving its own failures."""
 
     def __init__(self, cfg: ServeConfig):
         from specbench.runners.reference.runner import ReferenceRunner
@@ -148,37 +125,68 @@ class EngineService:
         self.model_name = cfg.model_name or cfg.target
         self.speculative = cfg.method != "vanilla"
         self.num_spec_tokens = cfg.budget - 1 if self.speculative else 0
+        vocab = int(self.runner.model.embed.weight.shape[0])
+        self.reader = RequestReader(
+            self.model_name, Sampling(cfg.temperature, cfg.top_p, cfg.top_k),
+            Limits(self.max_model_len, vocab, max(map(len, self.tokenizer.get_vocab()), default=1)),
+            self.tokenizer)
         self.lock = threading.Lock()
         self.spec = SpecCounters(self.num_spec_tokens)
         self.stats = {"prompt_tokens": 0, "generation_tokens": 0, "requests": 0}
         self.running = 0
+        self.restarts = 0
         self.handles: dict[str, Handle] = {}
         self.waiting: queue.Queue = queue.Queue()
-        self.error: str | None = None
+        self.error: str | None = None           # set when the engine thread is gone for good
+        self.recovering = False
         self._stop = threading.Event()
-        self._active = 0                        # admitted, not finished (engine thread only)
+        self._in_engine: dict[str, Any] = {}    # admitted, not finished: id -> Sequence (None until admitted)
+        self._failed: dict[str, str] = {}       # admissions that failed: id -> message
+        self._guard_admission()
         self.started = time.time()
         self.thread = threading.Thread(target=self._loop, name="specbench-engine", daemon=True)
         self.thread.start()
 
     # -- engine thread -------------------------------------------------------------------------------
+    def _guard_admission(self) -> None:
+        """A request whose admission (prefill) raises finishes at once as failed; the batch goes on.
+
+        Engine.generate admits each request through `Engine._admit`; wrapping it on this engine instance
+        keeps one request's failure out of the scheduler, which would otherwise lose every live sequence.
+        The failed request comes back as a finished Sequence with no output, through the usual on_done.
+        """
+        from reference_eagle4.engine import Sequence
+
+        admit = self.engine._admit
+
+        def guarded(request: Any, slot: int) -> Any:
+            try:
+                return admit(request, slot)
+            except Exception as err:
+                log.warning("request %s failed in its prefill: %s: %s", request.id, type(err).__name__, err)
+                self._failed[request.id] = f"the engine failed on this request: {type(err).__name__}: {err}"
+                return Sequence(request, slot, None, list(request.prompt_ids), t_start=time.time(), done=True)
+
+        self.engine._admit = guarded            # type: ignore[method-assign]
+
     def _source(self):
         from reference_eagle4.engine import PENDING, Request
 
         while not self._stop.is_set():
             try:
-                h = self.waiting.get(timeout=0.05) if self._active == 0 else self.waiting.get_nowait()
+                h = self.waiting.get(timeout=0.05) if not self._in_engine else self.waiting.get_nowait()
             except queue.Empty:
                 yield PENDING
                 continue
-            self._active += 1
+            self._in_engine[h.id] = None
             with self.lock:
                 self.running += 1
             yield Request(h.id, h.prompt_ids, max_new_tokens=h.max_tokens)
 
     def _on_progress(self, seq: Any) -> None:
+        self._in_engine[seq.request.id] = seq
         h = self.handles.get(seq.request.id)
-        if h is None:
+        if h is None or seq.request.id in self._failed:
             return
         new = seq.output[h.sent:]
         h.sent = len(seq.output)
@@ -192,14 +200,20 @@ class EngineService:
             h.events.put(("tokens", list(new)))
 
     def _on_done(self, seq: Any) -> None:
-        self._active -= 1
-        h = self.handles.pop(seq.request.id, None)
+        rid = seq.request.id
+        self._in_engine.pop(rid, None)
+        h = self.handles.pop(rid, None)
+        failure = self._failed.pop(rid, None)
         with self.lock:
             self.running -= 1
-            self.stats["requests"] += 1
-            self.stats["prompt_tokens"] += len(seq.request.prompt_ids)
-            self.stats["generation_tokens"] += len(seq.output)
+            if failure is None:
+                self.stats["requests"] += 1
+                self.stats["prompt_tokens"] += len(seq.request.prompt_ids)
+                self.stats["generation_tokens"] += len(seq.output)
         if h is None:
+            return
+        if failure is not None:
+            h.events.put(("error", failure))
             return
         last = seq.output[-1] if seq.output else None
         ents = [e for e in seq.entropies if math.isfinite(e)]
@@ -211,63 +225,65 @@ class EngineService:
         }))
 
     def _loop(self) -> None:
+        """Run the engine's scheduler; when a step fails, fail its requests and run the scheduler afresh."""
         try:
-            self.engine.generate(self._source(), self._on_done, self._on_progress)
+            while not self._stop.is_set():
+                try:
+                    self.engine.generate(self._source(), self._on_done, self._on_progress)
+                    return                      # the source ends only when the server closes
+                except Exception as err:
+                    self._recover(f"the engine failed while decoding a batch: {type(err).__name__}: {err}")
         except BaseException as err:            # the server must report it, not hang its clients
             self.error = f"engine failed: {type(err).__name__}: {err}"
             log.exception("engine thread failed")
             for h in list(self.handles.values()):
                 h.events.put(("error", self.error))
 
+    def _recover(self, message: str) -> None:
+        """Fail every request the failed scheduler held and drop their proposer state; waiting ones stay queued."""
+        self.recovering = True
+        log.exception("%s; failing its %d request(s) and restarting the engine loop", message,
+                      len(self._in_engine))
+        for rid, seq in list(self._in_engine.items()):
+            if seq is not None:
+                try:
+                    self.engine.proposer.end(seq)
+                except Exception:               # the state is dropped with the sequence either way
+                    log.debug("proposer.end failed for %s", rid, exc_info=True)
+            h = self.handles.pop(rid, None)
+            with self.lock:
+                self.running -= 1
+            if h is not None:
+                h.events.put(("error", f"{message} (the request was in that batch; the engine has restarted)"))
+        self._in_engine.clear()
+        self._failed.clear()
+        self.restarts += 1
+        self.recovering = False
+
     # -- HTTP threads --------------------------------------------------------------------------------
-    def submit(self, prompt_ids: list[int], max_tokens: int, prefix: str) -> Handle:
+    def submit(self, request: Completion) -> Handle:
         if self.error:
             raise ApiError(503, self.error, "ServiceUnavailableError")
-        h = Handle(f"{prefix}-{uuid.uuid4().hex}", prompt_ids, max_tokens)
+        h = Handle(f"{'chatcmpl' if request.chat else 'cmpl'}-{uuid.uuid4().hex}", request.prompt_ids,
+                   request.max_tokens)
         self.handles[h.id] = h
         self.waiting.put(h)
         return h
 
     def healthy(self) -> bool:
-        return self.error is None and self.thread.is_alive()
+        return self.error is None and not self.recovering and self.thread.is_alive()
 
     def close(self, timeout: float = 30.0) -> None:
         self._stop.set()
         self.thread.join(timeout)
 
-    def metrics_text(self) -> str:
-        name = self.model_name.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-        labels = f'engine="0",model_name="{name}"'
+    def metrics_text(self) -> bytes:
         with self.lock:
             spec = (self.spec.drafts, self.spec.draft_tokens, self.spec.accepted, list(self.spec.per_pos))
-            stats, running, waiting = dict(self.stats), self.running, self.waiting.qsize()
-        lines: list[str] = []
-
-        def metric(metric_name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
-            lines.append(f"# HELP {metric_name} {help_text}")
-            lines.append(f"# TYPE {metric_name} {kind}")
-            suffix = "_total" if kind == "counter" else ""
-            for extra, value in samples:
-                lines.append(f"{metric_name}{suffix}{{{labels}{extra}}} {float(value)}")
-
-        metric("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
-               [("", running)])
-        metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", [("", waiting)])
-        metric("vllm:prompt_tokens", "counter", "Number of prefill tokens processed.", [("", stats["prompt_tokens"])])
-        metric("vllm:generation_tokens", "counter", "Number of generation tokens processed.",
-               [("", stats["generation_tokens"])])
-        metric("vllm:request_success", "counter", "Count of successfully processed requests.",
-               [("", stats["requests"])])
-        if self.speculative:
-            drafts, draft_tokens, accepted, per_pos = spec
-            metric("vllm:spec_decode_num_drafts", "counter", "Number of spec decoding drafts.", [("", drafts)])
-            metric("vllm:spec_decode_num_draft_tokens", "counter", "Number of draft tokens.", [("", draft_tokens)])
-            metric("vllm:spec_decode_num_accepted_tokens", "counter", "Number of accepted tokens.",
-                   [("", accepted)])
-            metric("vllm:spec_decode_num_accepted_tokens_per_pos", "counter",
-                   "Accepted tokens per draft position.",
-                   [(f',position="{i}"', v) for i, v in enumerate(per_pos)])
-        return "\n".join(lines) + "\n"
+            snap = MetricsSnapshot(self.model_name, self.running, self.waiting.qsize(), self.stats["prompt_tokens"],
+                                   self.stats["generation_tokens"], self.stats["requests"],
+                                   spec if self.speculative else None)
+        return exposition(snap)
 
     def model_card(self) -> dict[str, Any]:
         return {"id": self.model_name, "object": "model", "created": int(self.started), "owned_by": "specbench",
@@ -276,99 +292,15 @@ class EngineService:
                               "concurrency": self.cfg.concurrency, "dtype": self.runner.dtype_name,
                               "method_config": self.method_config}}
 
-    # -- request validation --------------------------------------------------------------------------
-    UNSUPPORTED = ("tools", "functions", "response_format", "logit_bias", "suffix", "guided_json",
-                   "guided_regex", "guided_choice", "structured_outputs")
 
-    def check(self, body: dict[str, Any]) -> None:
-        model = body.get("model")
-        if model not in (None, "", self.model_name):
-            raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError")
-        if int(body.get("n") or 1) != 1 or int(body.get("best_of") or 1) != 1:
-            raise ApiError(400, "specbench serve returns one choice per request (n = 1)")
-        for key in self.UNSUPPORTED:
-            if body.get(key):
-                raise ApiError(400, f"`{key}` is not supported by specbench serve")
-        if body.get("stop") or body.get("stop_token_ids"):
-            raise ApiError(400, "stop strings / stop_token_ids are not supported by specbench serve")
-        if body.get("logprobs") or body.get("top_logprobs") or body.get("prompt_logprobs"):
-            raise ApiError(400, "logprobs are not supported by specbench serve")
-        if body.get("ignore_eos") or body.get("echo") or int(body.get("min_tokens") or 0) > 0:
-            raise ApiError(400, "ignore_eos / echo / min_tokens are not supported by specbench serve")
-        for key, neutral in (("presence_penalty", 0.0), ("frequency_penalty", 0.0), ("repetition_penalty", 1.0)):
-            if body.get(key) is not None and float(body[key]) != neutral:
-                raise ApiError(400, f"`{key}` is not supported by specbench serve")
-        cfg = self.cfg
-        for key, have in (("temperature", cfg.temperature), ("top_p", cfg.top_p)):
-            if body.get(key) is not None and abs(float(body[key]) - have) > 1e-6:
-                raise ApiError(400, f"this server samples with {key}={have} (set when it starts); "
-                                    f"the request asks for {body[key]}")
-        top_k = body.get("top_k")
-        if top_k is not None and max(int(top_k), 0) != cfg.top_k:
-            raise ApiError(400, f"this server samples with top_k={cfg.top_k}; the request asks for {top_k}")
-
-    def prompt_ids(self, body: dict[str, Any], chat: bool) -> list[int]:
-        if chat:
-            messages = body.get("messages")
-            if not isinstance(messages, list) or not messages:
-                raise ApiError(400, "`messages` must be a non-empty list")
-            flat = []
-            for m in messages:
-                content = m.get("content")
-                if isinstance(content, list):
-                    content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-                flat.append({"role": m.get("role", "user"), "content": content or ""})
-            return list(self.tokenizer.apply_chat_template(flat, add_generation_prompt=True, tokenize=True,
-                                                           return_dict=False))
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-            prompt = prompt[0]
-        if isinstance(prompt, str):
-            return list(self.tokenizer.encode(prompt))
-        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-            return list(prompt)
-        raise ApiError(400, "`prompt` must be a string or a list of token ids (one prompt per request)")
-
-    def max_tokens(self, body: dict[str, Any], n_prompt: int) -> int:
-        room = self.max_model_len - n_prompt
-        asked = body.get("max_completion_tokens", body.get("max_tokens"))
-        if asked is None:
-            asked = room
-        asked = int(asked)
-        if asked < 1:
-            raise ApiError(400, "max_tokens must be at least 1")
-        if n_prompt + asked > self.max_model_len:
-            raise ApiError(400, f"This model's maximum context length is {self.max_model_len} tokens. However, "
-                                f"you requested {n_prompt + asked} tokens ({n_prompt} in the messages, "
-                                f"{asked} in the completion).")
-        return asked
-
-
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class Handler(JsonHandler):
     server_version = "specbench-serve"
 
     @property
     def svc(self) -> EngineService:
         return self.server.service  # type: ignore[attr-defined]
 
-    def log_message(self, fmt: str, *args: Any) -> None:
-        log.info("%s %s", self.address_string(), fmt % args)
-
     # -- plumbing ------------------------------------------------------------------------------------
-    def _send(self, status: int, payload: Any, content_type: str = "application/json") -> None:
-        data = payload if isinstance(payload, bytes) else (
-            payload.encode() if isinstance(payload, str) else json.dumps(payload).encode())
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _error(self, err: ApiError) -> None:
-        self._send(err.status, {"error": {"message": err.message, "type": err.kind, "param": None,
-                                          "code": err.status}})
-
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):X}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
@@ -380,11 +312,11 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         path = self.path.split("?", 1)[0]
         if path == "/health":
-            self._send(200 if self.svc.healthy() else 503, b"", "text/plain")
+            self.send_payload(200 if self.svc.healthy() else 503, b"", "text/plain")
         elif path == "/v1/models":
-            self._send(200, {"object": "list", "data": [self.svc.model_card()]})
+            self.send_payload(200, {"object": "list", "data": [self.svc.model_card()]})
         elif path == "/metrics":
-            self._send(200, self.svc.metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
+            self.send_payload(200, self.svc.metrics_text(), CONTENT_TYPE)
         elif path == "/version":
             from importlib import metadata
 
@@ -392,40 +324,32 @@ class Handler(BaseHTTPRequestHandler):
                 version = metadata.version("specbench")
             except metadata.PackageNotFoundError:
                 version = "unknown"
-            self._send(200, {"version": version, "engine": "specbench-reference"})
+            self.send_payload(200, {"version": version, "engine": "specbench-reference"})
         else:
-            self._error(ApiError(404, f"no route {path}", "NotFoundError"))
+            self.send_api_error(ApiError(404, f"no route {path}"))
 
     def do_POST(self) -> None:  # noqa: N802
         path = self.path.split("?", 1)[0]
-        if path not in ("/v1/chat/completions", "/v1/completions"):
-            self._error(ApiError(404, f"no route {path}", "NotFoundError"))
-            return
         try:
-            length = int(self.headers.get("Content-Length") or 0)
-            try:
-                body = json.loads(self.rfile.read(length) or b"{}")
-            except ValueError:
-                raise ApiError(400, "the request body is not valid JSON") from None
-            if not isinstance(body, dict):
-                raise ApiError(400, "the request body must be a JSON object")
-            chat = path == "/v1/chat/completions"
-            svc = self.svc
-            svc.check(body)
-            prompt = svc.prompt_ids(body, chat)
-            handle = svc.submit(prompt, svc.max_tokens(body, len(prompt)), "chatcmpl" if chat else "cmpl")
+            body = self.read_json_body()        # read before routing, so the connection stays in step
+            if path not in ("/v1/chat/completions", "/v1/completions"):
+                raise ApiError(404, f"no route {path}")
+            request = self.svc.reader.read(body, chat=path == "/v1/chat/completions")
+            handle = self.svc.submit(request)
         except ApiError as err:
-            self._error(err)
+            self.send_api_error(err)
             return
-        except (TypeError, ValueError) as err:
-            self._error(ApiError(400, f"bad request: {err}"))
+        except Exception as err:                # a bug of this server's, not the sender's: 500, and logged
+            log.exception("request to %s failed", path)
+            self.send_api_error(ApiError(500, f"internal error: {type(err).__name__}: {err}", close=True))
             return
         try:
-            if body.get("stream"):
-                self._stream(handle, body, chat)
+            if request.stream:
+                self._stream(handle, request)
             else:
-                self._complete(handle, body, chat)
-        except (BrokenPipeError, ConnectionResetError):
+                self._complete(handle, request)
+        except OSError:                         # the client hung up or stopped reading (TimeoutError included)
+            self.close_connection = True
             log.info("client went away during %s", handle.id)   # the sequence runs out its max_tokens
 
     # -- generation ----------------------------------------------------------------------------------
@@ -454,41 +378,44 @@ class Handler(BaseHTTPRequestHandler):
                           "engine_ttft_s": done["engine_ttft_s"], "engine_latency_s": done["engine_latency_s"]},
         }
 
-    def _complete(self, handle: Handle, body: dict[str, Any], chat: bool) -> None:
+    def _complete(self, handle: Handle, request: Completion) -> None:
         kind, done = self._wait(handle)
         while kind == "tokens":
             kind, done = self._wait(handle)
         if kind == "error":
-            self._error(ApiError(500, str(done), "InternalServerError"))
+            self.send_api_error(ApiError(500, str(done)))
             return
         text = self._decode(done["output"])
         choice: dict[str, Any] = {"index": 0, "finish_reason": done["finish_reason"], "logprobs": None}
-        if chat:
+        if request.chat:
             choice["message"] = {"role": "assistant", "content": text}
         else:
             choice["text"] = text
-        if body.get("return_token_ids"):
+        if request.return_token_ids:
             choice["token_ids"] = done["output"]
         payload: dict[str, Any] = {
-            "id": handle.id, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
-            "model": self.svc.model_name, "choices": [choice], "usage": self._usage(handle, done),
-            "metrics": self._metrics(done),
+            "id": handle.id, "object": "chat.completion" if request.chat else "text_completion",
+            "created": int(time.time()), "model": self.svc.model_name, "choices": [choice],
+            "usage": self._usage(handle, done), "metrics": self._metrics(done),
         }
-        if body.get("return_token_ids"):
+        if request.return_token_ids:
             payload["prompt_token_ids"] = handle.prompt_ids
-        self._send(200, payload)
+        self.send_payload(200, payload)
 
-    def _stream(self, handle: Handle, body: dict[str, Any], chat: bool) -> None:
+    def _stream(self, handle: Handle, request: Completion) -> None:
+        """Server-sent events from the first output on; a request that fails before any is a 500 JSON answer."""
+        kind, payload = self._wait(handle)
+        if kind == "error":
+            self.send_api_error(ApiError(500, str(payload)))
+            return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        want_ids = bool(body.get("return_token_ids"))
-        usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        created = int(time.time())
+        chat, want_ids = request.chat, request.return_token_ids
         obj = "chat.completion.chunk" if chat else "text_completion"
-        base = {"id": handle.id, "object": obj, "created": created, "model": self.svc.model_name}
+        base = {"id": handle.id, "object": obj, "created": int(time.time()), "model": self.svc.model_name}
 
         def choice(text: str, ids: list[int] | None, finish: str | None = None) -> dict[str, Any]:
             c: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish}
@@ -511,7 +438,6 @@ class Handler(BaseHTTPRequestHandler):
         sent_text = ""
         first_ids = True
         while True:
-            kind, payload = self._wait(handle)
             if kind == "error":
                 self._event({"error": {"message": str(payload), "type": "InternalServerError", "code": 500}})
                 break
@@ -526,11 +452,12 @@ class Handler(BaseHTTPRequestHandler):
                     event["prompt_token_ids"] = handle.prompt_ids
                 first_ids = False
                 self._event(event)
+                kind, payload = self._wait(handle)
                 continue
             full = self._decode(payload["output"])
             tail = full[len(sent_text):] if full.startswith(sent_text) else ""
             self._event({**base, "choices": [choice(tail, [], payload["finish_reason"])]})
-            if usage:
+            if request.include_usage:
                 self._event({**base, "choices": [], "usage": self._usage(handle, payload),
                              "metrics": self._metrics(payload)})
             break
@@ -538,24 +465,17 @@ class Handler(BaseHTTPRequestHandler):
         self._chunk(b"")
 
 
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        import sys
-
-        err = sys.exc_info()[1]
-        if isinstance(err, (ConnectionError, TimeoutError)):
-            return                              # a client hung up on a kept-alive connection: not an error
-        log.exception("error while handling a request from %s", client_address)
-
-
 class SpecbenchServer:
     """The HTTP server and the engine service; `start()` serves from a background thread (tests, notebooks)."""
 
     def __init__(self, cfg: ServeConfig):
         self.service = EngineService(cfg)
-        self.httpd = _HTTPServer((cfg.host, cfg.port), Handler)
+        try:
+            self.httpd = GuardedServer((cfg.host, cfg.port), Handler, max_connections=cfg.max_connections,
+                                       read_timeout=cfg.read_timeout, max_body_bytes=cfg.max_body_bytes)
+        except BaseException:
+            self.service.close()
+            raise
         self.httpd.service = self.service  # type: ignore[attr-defined]
         self._thread: threading.Thread | None = None
 

@@ -8,6 +8,8 @@ import typer
 from rich.console import Console
 
 from specbench.errors import SpecbenchError
+from specbench.runners.reference.serve_http import (
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT_S)
 
 console = Console(stderr=True)
 
@@ -18,7 +20,8 @@ def register(app: typer.Typer) -> None:
         method: str = typer.Option("ngram", help="Method the engine runs (see `specbench methods`)."),
         budget: int = typer.Option(8, min=1, help="Budget L: tokens verified per step, root included."),
         target: str = typer.Option("smollm2-135m", help="Known target name, a .gguf file, or a HF folder."),
-        host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+        host: str = typer.Option("127.0.0.1", help="Address to listen on (no authentication: any other than "
+                                 "loopback lets every machine that reaches it use the server)."),
         port: int = typer.Option(8000, min=0, max=65535, help="Port (0: any free port, printed at start)."),
         concurrency: int = typer.Option(8, min=1, help="Sequences in flight at most (vLLM's max-num-seqs)."),
         max_model_len: int = typer.Option(2048, min=16, help="Prompt + output tokens per request at most."),
@@ -30,6 +33,14 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, help="Seeds the per-request samplers."),
         model_name: Optional[str] = typer.Option(None, help="Name in /v1/models and requests (default: --target)."),
         option: list[str] = typer.Option([], help="Method option KEY=VALUE (repeatable), as for `run`."),
+        max_body_bytes: int = typer.Option(DEFAULT_MAX_BODY_BYTES, min=1, help="Largest request body accepted "
+                                           "(413 beyond it, answered before reading it)."),
+        read_timeout: float = typer.Option(DEFAULT_READ_TIMEOUT_S, min=0.1, help="Seconds a connection has to "
+                                           "deliver a whole request once idle (a stalled upload gets 408, an "
+                                           "idle connection is closed); a client that stops reading its stream "
+                                           "is dropped about as soon."),
+        max_connections: int = typer.Option(DEFAULT_MAX_CONNECTIONS, min=1, help="Open connections at most "
+                                            "(one thread each; beyond them 503)."),
         verbose: bool = typer.Option(False, help="Log every HTTP request."),
     ) -> None:
         """Serve the reference engine over HTTP: OpenAI chat/completions (streaming or not), /health, /v1/models,
@@ -42,14 +53,19 @@ def register(app: typer.Typer) -> None:
 
         from specbench.run_cli import parse_options
         from specbench.runners.reference.runner import ReferenceRunner
-        from specbench.runners.reference.serve import ServeConfig, SpecbenchServer
+        from specbench.runners.reference.serve import ServeConfig, SpecbenchServer, is_loopback
 
         logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                             format="%(asctime)s %(name)s %(levelname)s %(message)s")
         options = parse_options(option)
         ReferenceRunner.check_options([(method, {})], options)
         cfg = ServeConfig(target, method, budget, concurrency, max_model_len, dtype, threads, temperature, top_p,
-                          top_k, seed, options, model_name, host, port)
+                          top_k, seed, options, model_name, host, port, max_body_bytes, read_timeout,
+                          max_connections)
+        if not is_loopback(host):
+            console.print(f"warning: serving on {host}, not loopback: specbench serve has no authentication, so "
+                          "anyone who can reach this address can use it (the default is 127.0.0.1)",
+                          highlight=False, markup=False, soft_wrap=True)
         try:
             server = SpecbenchServer(cfg)
         except OSError as err:

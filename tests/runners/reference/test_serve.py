@@ -86,14 +86,22 @@ def spec_counters(url):
 
 
 def test_health_models_and_metrics(server):
+    """/metrics parses with prometheus_client into counter families whose samples carry vLLM's `_total` names."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     assert httpx.get(server.url + "/health").status_code == 200
     card = httpx.get(server.url + "/v1/models").json()["data"][0]
     assert card["id"] == "tiny" and card["specbench"]["method"] == "ngram" and card["specbench"]["budget"] == 4
-    text = httpx.get(server.url + "/metrics").text
-    for name in ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
-                 "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens_per_pos_total"):
-        assert name in text
-    assert 'position="2"' in text and "# TYPE vllm:spec_decode_num_drafts counter" in text
+    families = {f.name: f for f in text_string_to_metric_families(httpx.get(server.url + "/metrics").text)}
+    assert all(f.type in ("counter", "gauge") for f in families.values())          # no `unknown` family
+    for name in ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
+                 "vllm:spec_decode_num_accepted_tokens", "vllm:spec_decode_num_accepted_tokens_per_pos",
+                 "vllm:prompt_tokens", "vllm:generation_tokens", "vllm:request_success"):
+        assert families[name].type == "counter" and families[name].samples
+        assert {s.name for s in families[name].samples} == {name + "_total"}
+    per_pos = families["vllm:spec_decode_num_accepted_tokens_per_pos"].samples
+    assert [s.labels["position"] for s in per_pos] == ["0", "1", "2"]
+    assert families["vllm:num_requests_running"].type == "gauge"
 
 
 def test_chat_completion_equals_the_engine_and_counts_like_vllm(server, reference_output):
