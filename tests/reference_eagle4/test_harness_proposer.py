@@ -1,4 +1,9 @@
-"""`eagle4-harness` through the engine: lossless, and its trees follow the cost table and the batch."""
+"""`eagle4-harness` through the engine: lossless, and its trees follow the cost table and the batch.
+
+The harness weighs each draft level's measured time against the table; here every drafter pass lasts one
+tick of a fake clock (lossless_helpers.steady_clock), so the trees, and what these tests assert about them, do
+not depend on how busy the machine is.
+"""
 
 from __future__ import annotations
 
@@ -9,17 +14,20 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from eagle4_helpers import bigram_drafter, bigram_target, tiny_drafter  # noqa: E402
+from eagle4_helpers import bigram_drafter, bigram_target, one_thread, tiny_drafter  # noqa: E402,F401
+from lossless_helpers import steady_clock  # noqa: E402,F401
 
 from reference_eagle4.calibration import CostTable  # noqa: E402
 from reference_eagle4.engine import Engine, GenerationConfig, Request  # noqa: E402
 from reference_eagle4.proposers import PROPOSERS  # noqa: E402
 
 TOKENS = [1, 2, 4, 8, 16, 32, 64]
+pytestmark = pytest.mark.usefixtures("steady_clock")
 
 
 def table(per_token_ms: float, per_batch: float = 0.0, base_ms: float = 10.0) -> CostTable:
-    """verify = base + per_token_ms * tokens * (1 + per_batch * (batch - 1)); drafting is timed live."""
+    """verify = base + per_token_ms * tokens * (1 + per_batch * (batch - 1)); drafting is timed (by the fake
+    clock: one millisecond a drafter pass)."""
     batches, contexts = [1, 8], [64, 512]
     verify = [[[base_ms + per_token_ms * t * (1 + per_batch * (b - 1)) for t in TOKENS] for _ in contexts]
               for b in batches]
@@ -55,7 +63,7 @@ def test_harness_is_lossless(bigram, C):
 
 def test_flat_cost_table_gives_wider_trees_than_a_steep_one(bigram):
     t, reqs = bigram
-    # a slow target (200 ms a step) makes the tiny drafter's own time negligible, isolating the table's shape
+    # a slow target (200 ms a step) makes the drafter's own time small beside it, isolating the table's shape
     _, flat = run(t, reqs[:3], "eagle4-harness", 1, table=table(0.01, base_ms=200.0))
     _, steep = run(t, reqs[:3], "eagle4-harness", 1, table=table(40.0, base_ms=200.0))
     mean = lambda steps: sum(st["drafted"] for st in steps) / len(steps)  # noqa: E731
@@ -65,13 +73,29 @@ def test_flat_cost_table_gives_wider_trees_than_a_steep_one(bigram):
 
 def test_trees_shrink_at_large_batch(bigram):
     t, reqs = bigram
-    # a batch of 8 makes every extra token 8x dearer; a slow target keeps the drafter's live timing (which a
-    # busy machine inflates) small against the table, as in the test above
+    # a batch of 8 makes every extra token 8x dearer; a slow target keeps the drafter's time small against the
+    # table, as in the test above
     costs = table(2.0, per_batch=1.0, base_ms=200.0)
     _, one = run(t, reqs, "eagle4-harness", 1, table=costs)
     _, eight = run(t, reqs, "eagle4-harness", 8, table=costs)
     mean = lambda steps: sum(st["drafted"] for st in steps) / len(steps)  # noqa: E731
     assert mean(eight) < mean(one) - 2
+
+
+def test_a_drafter_as_slow_as_the_target_gets_smaller_trees(bigram, monkeypatch):
+    """The drafter's own time enters the plan: with each drafter pass as dear as a target step, the harness
+    drafts far less than with a drafter that costs next to nothing, on the same flat table."""
+    from lossless_helpers import TickingClock
+
+    from reference_eagle4.proposers import eagle4
+
+    t, reqs = bigram
+    costs = table(0.01, base_ms=200.0)
+    _, fast = run(t, reqs[:3], "eagle4-harness", 1, table=costs)
+    monkeypatch.setattr(eagle4, "time", TickingClock(200.0))
+    _, slow = run(t, reqs[:3], "eagle4-harness", 1, table=costs)
+    mean = lambda steps: sum(st["drafted"] for st in steps) / len(steps)  # noqa: E731
+    assert mean(slow) < mean(fast) / 2
 
 
 def lossless_with_a_poor_drafter(bigram, C: int, option: str) -> dict[bool, list[dict]]:
