@@ -56,7 +56,7 @@ from typing import Any, AsyncIterator, Callable, Iterable
 
 from specbench.dataset import Row, chat_messages
 from specbench.errors import SpecbenchError
-from specbench.records import read_manifest
+from specbench.records import MANIFEST_FILE, read_manifest, write_manifest
 from specbench.runners.base import OnRecord, Record
 from specbench.runners.server_faults import (
     FAULT_OPTIONS, RETRY_STATUSES, EngineHTTPError, FaultPolicy, RetryableError, retry_after_s,
@@ -225,13 +225,6 @@ class Session:
     retries: int = 0                       # retries of this process's requests, added to the manifest at close
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Replace a JSON file in one step, so an interruption leaves the old file or the new one, never half."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
-
-
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -346,7 +339,7 @@ class ServerRunner:
         session = prepared
         self.stop_server()
         counted = session.counters is not None or session.counters_incomplete
-        if not (session.blocks or session.retries or counted) or not (run_dir / "manifest.json").exists():
+        if not (session.blocks or session.retries or counted) or not (run_dir / MANIFEST_FILE).exists():
             return
         meta = read_manifest(run_dir)
         if session.blocks or session.retries:
@@ -362,7 +355,7 @@ class ServerRunner:
                 "incomplete": bool(session.counters_incomplete
                                    or meta.get("engine_counters", {}).get("incomplete")),
             }
-        write_json(run_dir / "manifest.json", meta)
+        write_manifest(run_dir, meta)
 
     # -- subclass hooks --------------------------------------------------------------------------------
     counters_source = ""
