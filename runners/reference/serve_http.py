@@ -62,7 +62,7 @@ class GuardedServer(ThreadingHTTPServer):
 
     daemon_threads = True
     # the listen backlog (socketserver's default is 5): a burst of connections beyond it completes the handshake
-    # on the client's side only, and waits for the server's retransmitted SYN-ACK, a second or more
+    # on the client's side only and then waits for the server's retransmitted SYN-ACK
     request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], *,
