@@ -54,6 +54,7 @@ class Sequence:
     state: Any = None                        # the proposer's own per-sequence state
     cached_tokens: int = 0                   # prompt positions taken from the prefix cache, not prefilled
     done: bool = False
+    error: str | None = None                 # why the engine gave up on it (`generate(isolate_failures=True)`)
 
 
 @dataclass(frozen=True)
@@ -178,12 +179,17 @@ class Engine:
 
     # -- the scheduler ---------------------------------------------------------------------------------
     def generate(self, requests: Iterable[Request], on_done: Callable[[Sequence], None],
-                 on_progress: Callable[[Sequence], None] | None = None) -> None:
+                 on_progress: Callable[[Sequence], None] | None = None, isolate_failures: bool = False) -> None:
         """Decode every request, calling `on_done` as each finishes (in finishing order).
 
         `on_progress(seq)`, when given, is called after a sequence's prefill and after every step it took
         part in (before `on_done`), so a caller can stream tokens as they are emitted. `requests` may yield
         PENDING (see above).
+
+        `isolate_failures` (a server): an exception while admitting a request finishes that request alone, and
+        one in a step finishes the sequences of that step, each with `seq.error` saying why, and the scheduler
+        goes on with the rest. Off (a benchmark run), every exception propagates: a run that broke must not
+        look finished.
         """
         waiting = iter(requests)
         live: list[Sequence] = []
@@ -197,7 +203,13 @@ class Engine:
                         break
                     if req is PENDING:
                         break
-                    seq = self._admit(req, len(live))
+                    try:
+                        seq = self._admit(req, len(live))
+                    except Exception as err:
+                        if not isolate_failures:
+                            raise
+                        seq = Sequence(req, len(live), None, list(req.prompt_ids), t_start=time.time(), done=True,
+                                       error=f"its prefill failed: {type(err).__name__}: {err}")
                     if on_progress is not None:
                         on_progress(seq)
                     if seq.done:
@@ -208,7 +220,15 @@ class Engine:
                     if exhausted:
                         return
                     continue
-                self._step(live)
+                try:
+                    self._step(live)
+                except Exception as err:
+                    if not isolate_failures:
+                        raise
+                    for seq in live:
+                        seq.done = True
+                        seq.error = (f"a decoding step of its batch of {len(live)} failed: "
+                                     f"{type(err).__name__}: {err}")
                 if on_progress is not None:
                     for seq in live:
                         on_progress(seq)
@@ -221,7 +241,11 @@ class Engine:
 
     def _finish(self, seq: Sequence, on_done: Callable[[Sequence], None]) -> None:
         seq.t_end = time.time()
-        self.proposer.end(seq)
+        try:
+            self.proposer.end(seq)
+        except Exception:
+            if seq.error is None:               # a failed sequence's state may be half-built: drop it regardless
+                raise
         on_done(seq)
 
     def _compact_slots(self, live: list[Sequence]) -> None:

@@ -30,10 +30,10 @@ authentication, no TLS and no per-client quotas, and it listens on 127.0.0.1 unl
   (bounded by length before they are tokenised) are answered 4xx JSON;
 - bodies are limited in size (--max-body-bytes, 413 before reading them) and every request must arrive within
   --read-timeout seconds; connection threads are capped (--max-connections; beyond them 503): serve_http.py;
-- an engine failure fails the requests it hit and not the server: a failure while admitting one request
-  (its prefill) fails that request alone; a failure in a batched step, which cannot be pinned on one
-  sequence, fails the requests of that batch; the engine then starts its loop afresh and serves the next
-  request, and /health answers 503 only while that restart runs or after the engine thread itself is gone.
+- an engine failure fails the requests it hit and not the server (`Engine.generate(isolate_failures=True)`):
+  a failure while admitting one request (its prefill) fails that request alone; a failure in a batched step,
+  which cannot be pinned on one sequence, fails the requests of that batch; the scheduler goes on with the
+  next request, and /health answers 503 only after the engine thread itself is gone.
 What it does not defend against: a client that sends many valid requests (each is served in turn, up to
 --max-connections at once), or a client that reads a stream slowly (its thread waits up to --read-timeout per
 write).
@@ -134,59 +134,33 @@ class EngineService:
         self.spec = SpecCounters(self.num_spec_tokens)
         self.stats = {"prompt_tokens": 0, "generation_tokens": 0, "requests": 0}
         self.running = 0
-        self.restarts = 0
         self.handles: dict[str, Handle] = {}
         self.waiting: queue.Queue = queue.Queue()
         self.error: str | None = None           # set when the engine thread is gone for good
-        self.recovering = False
         self._stop = threading.Event()
-        self._in_engine: dict[str, Any] = {}    # admitted, not finished: id -> Sequence (None until admitted)
-        self._failed: dict[str, str] = {}       # admissions that failed: id -> message
-        self._guard_admission()
+        self._active = 0                        # admitted, not finished (engine thread only)
         self.started = time.time()
         self.thread = threading.Thread(target=self._loop, name="specbench-engine", daemon=True)
         self.thread.start()
 
     # -- engine thread -------------------------------------------------------------------------------
-    def _guard_admission(self) -> None:
-        """A request whose admission (prefill) raises finishes at once as failed; the batch goes on.
-
-        Engine.generate admits each request through `Engine._admit`; wrapping it on this engine instance
-        keeps one request's failure out of the scheduler, which would otherwise lose every live sequence.
-        The failed request comes back as a finished Sequence with no output, through the usual on_done.
-        """
-        from reference_eagle4.engine import Sequence
-
-        admit = self.engine._admit
-
-        def guarded(request: Any, slot: int) -> Any:
-            try:
-                return admit(request, slot)
-            except Exception as err:
-                log.warning("request %s failed in its prefill: %s: %s", request.id, type(err).__name__, err)
-                self._failed[request.id] = f"the engine failed on this request: {type(err).__name__}: {err}"
-                return Sequence(request, slot, None, list(request.prompt_ids), t_start=time.time(), done=True)
-
-        self.engine._admit = guarded            # type: ignore[method-assign]
-
     def _source(self):
         from reference_eagle4.engine import PENDING, Request
 
         while not self._stop.is_set():
             try:
-                h = self.waiting.get(timeout=0.05) if not self._in_engine else self.waiting.get_nowait()
+                h = self.waiting.get(timeout=0.05) if self._active == 0 else self.waiting.get_nowait()
             except queue.Empty:
                 yield PENDING
                 continue
-            self._in_engine[h.id] = None
+            self._active += 1
             with self.lock:
                 self.running += 1
             yield Request(h.id, h.prompt_ids, max_new_tokens=h.max_tokens)
 
     def _on_progress(self, seq: Any) -> None:
-        self._in_engine[seq.request.id] = seq
         h = self.handles.get(seq.request.id)
-        if h is None or seq.request.id in self._failed:
+        if h is None or seq.error:
             return
         new = seq.output[h.sent:]
         h.sent = len(seq.output)
@@ -200,10 +174,11 @@ class EngineService:
             h.events.put(("tokens", list(new)))
 
     def _on_done(self, seq: Any) -> None:
-        rid = seq.request.id
-        self._in_engine.pop(rid, None)
-        h = self.handles.pop(rid, None)
-        failure = self._failed.pop(rid, None)
+        self._active -= 1
+        h = self.handles.pop(seq.request.id, None)
+        failure = f"the engine failed on this request: {seq.error}" if seq.error else None
+        if failure:
+            log.warning("request %s: %s", seq.request.id, failure)
         with self.lock:
             self.running -= 1
             if failure is None:
@@ -225,40 +200,13 @@ class EngineService:
         }))
 
     def _loop(self) -> None:
-        """Run the engine's scheduler; when a step fails, fail its requests and run the scheduler afresh."""
         try:
-            while not self._stop.is_set():
-                try:
-                    self.engine.generate(self._source(), self._on_done, self._on_progress)
-                    return                      # the source ends only when the server closes
-                except Exception as err:
-                    self._recover(f"the engine failed while decoding a batch: {type(err).__name__}: {err}")
+            self.engine.generate(self._source(), self._on_done, self._on_progress, isolate_failures=True)
         except BaseException as err:            # the server must report it, not hang its clients
             self.error = f"engine failed: {type(err).__name__}: {err}"
             log.exception("engine thread failed")
             for h in list(self.handles.values()):
                 h.events.put(("error", self.error))
-
-    def _recover(self, message: str) -> None:
-        """Fail every request the failed scheduler held and drop their proposer state; waiting ones stay queued."""
-        self.recovering = True
-        log.exception("%s; failing its %d request(s) and restarting the engine loop", message,
-                      len(self._in_engine))
-        for rid, seq in list(self._in_engine.items()):
-            if seq is not None:
-                try:
-                    self.engine.proposer.end(seq)
-                except Exception:               # the state is dropped with the sequence either way
-                    log.debug("proposer.end failed for %s", rid, exc_info=True)
-            h = self.handles.pop(rid, None)
-            with self.lock:
-                self.running -= 1
-            if h is not None:
-                h.events.put(("error", f"{message} (the request was in that batch; the engine has restarted)"))
-        self._in_engine.clear()
-        self._failed.clear()
-        self.restarts += 1
-        self.recovering = False
 
     # -- HTTP threads --------------------------------------------------------------------------------
     def submit(self, request: Completion) -> Handle:
@@ -271,7 +219,7 @@ class EngineService:
         return h
 
     def healthy(self) -> bool:
-        return self.error is None and not self.recovering and self.thread.is_alive()
+        return self.error is None and self.thread.is_alive()
 
     def close(self, timeout: float = 30.0) -> None:
         self._stop.set()

@@ -76,3 +76,38 @@ def test_sampling_is_reproducible_and_independent_of_batching(target):
     first = generate(target, "ngram", 8, 2, sampling=Sampling(0.8))
     again = generate(target, "ngram", 8, 2, sampling=Sampling(0.8))
     assert {k: s.output for k, s in first.items()} == {k: s.output for k, s in again.items()}
+
+
+def test_isolated_failures_finish_only_the_sequences_they_hit(target, monkeypatch):
+    """A server's engine (isolate_failures): a failed prefill fails its request alone, a failed step its batch,
+    and the requests after them decode exactly as they would have; a benchmark run's engine raises instead."""
+    base = generate(target, "vanilla", 1, 1)
+    engine = Engine(target, PROPOSERS["ngram"](budget=4), GenerationConfig(40, concurrency=2), max_len=256)
+    reqs = requests()
+    real_prefill, real_step = target.prefill, engine._step
+    steps = []
+
+    def prefill(tokens, *args, **kw):
+        if tokens.shape[1] == len(reqs[1].prompt_ids) and tokens[0].tolist() == reqs[1].prompt_ids:
+            raise RuntimeError("bad prompt")
+        return real_prefill(tokens, *args, **kw)
+
+    def step(live):
+        steps.append([s.request.id for s in live])
+        if len(steps) == 3:
+            raise RuntimeError("bad step")
+        return real_step(live)
+
+    monkeypatch.setattr(target, "prefill", prefill)
+    monkeypatch.setattr(engine, "_step", step)
+    done = {}
+    engine.generate(reqs, lambda s: done.__setitem__(s.request.id, s), isolate_failures=True)
+    assert set(done) == {r.id for r in reqs}
+    assert "bad prompt" in done["q1"].error and not done["q1"].output
+    hit = set(steps[2])
+    assert all("bad step" in done[i].error for i in hit) and "q1" not in hit
+    for rid, seq in done.items():
+        if rid != "q1" and rid not in hit:
+            assert seq.error is None and seq.output == base[rid].output
+    with pytest.raises(RuntimeError, match="bad prompt"):
+        engine.generate(reqs, lambda s: None)

@@ -124,10 +124,10 @@ def test_a_request_failing_in_the_engine_fails_alone_and_the_engine_stays_usable
     streamed = post(server, {"prompt": [5, 6, 299], "max_tokens": 8, "stream": True})
     assert streamed.status_code == 500 and "injected prefill failure" in error_of(streamed)
     assert_serves(server, expected)
-    assert svc.restarts == 0                  # the scheduler never stopped
+    assert svc.healthy()                      # the scheduler never stopped
 
 
-def test_a_failed_step_fails_its_batch_and_the_engine_restarts(server, expected, monkeypatch):
+def test_a_failed_step_fails_its_batch_and_the_engine_goes_on(server, expected, monkeypatch):
     svc = server.service
     proposer = svc.engine.proposer
     real_propose, calls = proposer.propose, []
@@ -139,10 +139,9 @@ def test_a_failed_step_fails_its_batch_and_the_engine_restarts(server, expected,
         return real_propose(seqs)
 
     monkeypatch.setattr(proposer, "propose", propose)
-    restarts = svc.restarts
     r = post(server, GOOD)
     assert r.status_code == 500 and "injected step failure" in error_of(r)
-    assert svc.restarts == restarts + 1
+    assert svc.healthy()
     assert_serves(server, expected)
     assert svc.running == 0
 
