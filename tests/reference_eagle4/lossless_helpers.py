@@ -10,14 +10,17 @@ applied as their definitions say, in float64.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 import pytest
 import torch
 
+from eagle4_helpers import bigram_drafter, tiny_drafter
 from reference_eagle4.calibration import CostTable
 from reference_eagle4.drafters.dflash_model import DFlashConfig, DFlashDrafter
 from reference_eagle4.model import Transformer
+from reference_eagle4.proposers import PROPOSERS
 
 # Verification costs the same at any size: the cost-aware methods (eagle4-harness, dspark) then verify long
 # drafts, which is what a losslessness test wants to exercise.
@@ -58,6 +61,28 @@ def bigram_dflash(target: Transformer, markov: bool = False, block: int = 8) -> 
             d.markov_m.weight.copy_(10.0 * target.lm_head.weight.float())
             d.confidence.bias.fill_(3.0)
     return d.eval()
+
+
+def bigram_proposers(target: Transformer, datastore: str | None) -> dict[str, Callable[[], Any]]:
+    """Every method on `bigram_target` (fp32 weights; a proposer casts its drafter to the dtype it is bound
+    to), with drafters and options that make its drafts accepted, budget 8. The harness appears three times:
+    with the bigram drafter (and prompt lookup), with a random drafter and prompt lookup (steps that verify
+    lookup drafts alone), and with a random drafter and `datastore` (lookup off)."""
+    good = lambda: bigram_drafter(target, noise=0.02)  # noqa: E731
+    poor = lambda: tiny_drafter(target)  # noqa: E731
+    harness = lambda **kw: PROPOSERS["eagle4-harness"](budget=8, table=FLAT_TABLE, **kw)  # noqa: E731
+    return {
+        "vanilla": lambda: PROPOSERS["vanilla"](budget=1),
+        "ngram": lambda: PROPOSERS["ngram"](budget=8),
+        "ngram-trie": lambda: PROPOSERS["ngram"](budget=8, matches=3),
+        "eagle4-chain": lambda: PROPOSERS["eagle4-chain"](budget=8, drafter=good()),
+        "eagle4-tree": lambda: PROPOSERS["eagle4-tree"](budget=8, drafter=good()),
+        "eagle4-harness": lambda: harness(drafter=good()),
+        "eagle4-harness-lookup": lambda: harness(drafter=poor(), datastore="off"),
+        "eagle4-harness-datastore": lambda: harness(drafter=poor(), lookup="off", datastore=datastore),
+        "dflash": lambda: PROPOSERS["dflash"](budget=8, drafter=bigram_dflash(target)),
+        "dspark": lambda: PROPOSERS["dspark"](budget=8, drafter=bigram_dflash(target, markov=True), table=FLAT_TABLE),
+    }
 
 
 def hf_twin(target: Transformer):

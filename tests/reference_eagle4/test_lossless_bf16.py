@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Callable
-
 import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from eagle4_helpers import bigram_drafter, bigram_target, one_thread, tiny_drafter  # noqa: E402,F401
-from lossless_helpers import FLAT_TABLE, bigram_dflash, one_thread_module, steady_clock  # noqa: E402,F401
+from eagle4_helpers import bigram_drafter, bigram_target, one_thread  # noqa: E402,F401
+from lossless_helpers import FLAT_TABLE, bigram_proposers, one_thread_module, steady_clock  # noqa: E402,F401
+from test_smollm2 import setup  # noqa: E402,F401  (the real target's folder, tokenizer and prompts: -m slow)
 
 from reference_eagle4.engine import Engine, GenerationConfig, Request, Sequence  # noqa: E402
 from reference_eagle4.linears import can_pack, pack_linears  # noqa: E402
@@ -90,29 +89,6 @@ def vanilla() -> dict[str, Sequence]:
     return decode(target, PROPOSERS["vanilla"](budget=1), 1, requests())
 
 
-def methods(fp32_target, datastore: str) -> dict[str, Callable[[], Any]]:
-    """Every method, with the drafters and options that make its drafts accepted. The harness appears three
-    times: with the bigram drafter (and prompt lookup), with a random drafter and prompt lookup (steps that
-    verify lookup drafts alone), and with a random drafter and the datastore (lookup off)."""
-    good = lambda: bigram_drafter(fp32_target, noise=0.02)  # noqa: E731
-    poor = lambda: tiny_drafter(fp32_target)  # noqa: E731
-    return {
-        "vanilla": lambda: PROPOSERS["vanilla"](budget=1),
-        "ngram": lambda: PROPOSERS["ngram"](budget=8),
-        "ngram-trie": lambda: PROPOSERS["ngram"](budget=8, matches=3),
-        "eagle4-chain": lambda: PROPOSERS["eagle4-chain"](budget=8, drafter=good()),
-        "eagle4-tree": lambda: PROPOSERS["eagle4-tree"](budget=8, drafter=good()),
-        "eagle4-harness": lambda: PROPOSERS["eagle4-harness"](budget=16, drafter=good(), table=FLAT_TABLE),
-        "eagle4-harness-lookup": lambda: PROPOSERS["eagle4-harness"](
-            budget=16, drafter=poor(), table=FLAT_TABLE, datastore="off"),
-        "eagle4-harness-datastore": lambda: PROPOSERS["eagle4-harness"](
-            budget=16, drafter=poor(), table=FLAT_TABLE, lookup="off", datastore=datastore),
-        "dflash": lambda: PROPOSERS["dflash"](budget=8, drafter=bigram_dflash(fp32_target)),
-        "dspark": lambda: PROPOSERS["dspark"](budget=8, drafter=bigram_dflash(fp32_target, markov=True),
-                                              table=FLAT_TABLE),
-    }
-
-
 METHODS = ["vanilla", "ngram", "ngram-trie", "eagle4-chain", "eagle4-tree", "eagle4-harness",
            "eagle4-harness-lookup", "eagle4-harness-datastore", "dflash", "dspark"]
 
@@ -129,7 +105,7 @@ def test_bf16_greedy_output_and_entropies_equal_vanilla(fp32_bigram, datastore, 
                                                         concurrency):
     if method == "vanilla" and concurrency == 1:
         pytest.skip("the baseline itself")
-    target, proposer = bound_and_packed(methods(fp32_bigram, datastore)[method]())
+    target, proposer = bound_and_packed(bigram_proposers(fp32_bigram, datastore)[method]())
     got = decode(target, proposer, concurrency, requests())
     assert_equal_to_vanilla(got, vanilla, f"{method} C={concurrency}")
     steps = [st for s in got.values() for st in s.steps]
@@ -162,7 +138,7 @@ def test_the_comparison_sees_a_verifier_that_is_not_exact(fp32_bigram, vanilla, 
     says so."""
     from reference_eagle4.model import Transformer
 
-    target, proposer = bound_and_packed(methods(fp32_bigram, "off")["eagle4-tree"]())
+    target, proposer = bound_and_packed(bigram_proposers(fp32_bigram, "off")["eagle4-tree"]())
     monkeypatch.setattr(target, "verify", lambda tokens, cache, tree=None, capture=(): Transformer.forward(
         target, tokens, cache, tree, capture=capture, exact=False))
     with pytest.raises(AssertionError, match="differs? from vanilla's"):
@@ -175,23 +151,16 @@ SLOW_PROMPTS, SLOW_TOKENS = 12, 96
 
 
 @pytest.fixture(scope="module")
-def smollm2():
-    """SmolLM2-135M-Instruct in bf16 with its tokenizer's chat prompts and EOS, packed as a run packs it."""
-    from transformers import AutoTokenizer
-
+def smollm2(setup):
+    """SmolLM2-135M-Instruct in bf16, packed as a run packs it, with test_smollm2's chat-templated prompts and
+    the tokenizer's EOS."""
     from reference_eagle4.model import load_transformer
-    from reference_eagle4.weights import eos_ids, resolve_target
-    from specbench.dataset import chat_messages, load_rows
+    from reference_eagle4.weights import eos_ids
 
-    folder = resolve_target("smollm2-135m")
-    tok = AutoTokenizer.from_pretrained(folder)
-    rows = load_rows("prompt-enhancement", limit=SLOW_PROMPTS, seed=0)
-    reqs = [Request(r.question_id, list(tok.apply_chat_template(chat_messages(r), add_generation_prompt=True,
-                                                                tokenize=True, return_dict=False)))
-            for r in rows]
+    folder, tok, reqs, _ = setup
     model = pack_linears(load_transformer(folder, BF16))
     assert model.exact_attention == "kernel"
-    return model, reqs, tuple(eos_ids(folder, tok))
+    return model, reqs[:SLOW_PROMPTS], tuple(eos_ids(folder, tok))
 
 
 @pytest.fixture(scope="module")

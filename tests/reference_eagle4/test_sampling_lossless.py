@@ -24,7 +24,6 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -32,9 +31,9 @@ import torch
 from scipy.stats import kstest, norm
 
 sys.path.insert(0, str(Path(__file__).parent))
-from eagle4_helpers import bigram_drafter, bigram_target, one_thread  # noqa: E402,F401
+from eagle4_helpers import bigram_target, one_thread  # noqa: E402,F401
 from lossless_helpers import (  # noqa: E402,F401
-    FLAT_TABLE, bigram_dflash, expected_probs, hf_twin, one_thread_module, rank_pit, steady_clock)
+    bigram_proposers, expected_probs, hf_twin, one_thread_module, rank_pit, steady_clock)
 
 from reference_eagle4.engine import Engine, GenerationConfig, Request  # noqa: E402
 from reference_eagle4.proposers import PROPOSERS  # noqa: E402
@@ -137,24 +136,12 @@ def make_datastore(target, folder: Path) -> str:
     return str(folder)
 
 
-def proposer(method: str, target, datastore: str):
-    drafter = lambda: bigram_drafter(target, noise=0.02)  # noqa: E731
-    factories: dict[str, Callable] = {
-        "ngram": lambda: PROPOSERS["ngram"](budget=8),
-        "ngram-trie": lambda: PROPOSERS["ngram"](budget=8, matches=3),
-        "eagle4-chain": lambda: PROPOSERS["eagle4-chain"](budget=8, drafter=drafter()),
-        "eagle4-tree": lambda: PROPOSERS["eagle4-tree"](budget=8, drafter=drafter()),
-        "eagle4-harness": lambda: PROPOSERS["eagle4-harness"](budget=8, drafter=drafter(), table=FLAT_TABLE),
-        "eagle4-harness-datastore": lambda: PROPOSERS["eagle4-harness"](
-            budget=8, drafter=drafter(), table=FLAT_TABLE, lookup="off", datastore=datastore),
-        "dflash": lambda: PROPOSERS["dflash"](budget=8, drafter=bigram_dflash(target)),
-        "dspark": lambda: PROPOSERS["dspark"](budget=8, drafter=bigram_dflash(target, markov=True), table=FLAT_TABLE),
-    }
-    return factories[method]()
+def proposer(method: str, target, datastore: str | None):
+    return bigram_proposers(target, datastore)[method]()
 
 
-METHODS = ["ngram", "ngram-trie", "eagle4-chain", "eagle4-tree", "eagle4-harness", "eagle4-harness-datastore",
-           "dflash", "dspark"]
+METHODS = ["ngram", "ngram-trie", "eagle4-chain", "eagle4-tree", "eagle4-harness", "eagle4-harness-lookup",
+           "eagle4-harness-datastore", "dflash", "dspark"]
 
 
 @dataclass
