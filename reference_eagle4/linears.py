@@ -62,9 +62,11 @@ class PackedLinear(nn.Module):
     ROW_BLOCK = 32
     MIN_ROWS = 4
 
-    def __init__(self, linear: nn.Linear, rows_hint: int = 16):
+    def __init__(self, linear: nn.Linear, rows_hint: int = 16, keep_weight: bool = False):
         super().__init__()
         self.out_features = linear.out_features
+        if keep_weight:                                  # still readable as `.weight` (the LM head: drafters share it)
+            self.weight = linear.weight
         self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), rows_hint)
         self.tiles = amx_linear.pack(linear.weight)      # None where the AMX kernel does not run (rowwise)
 
@@ -106,12 +108,13 @@ def linear(layer: nn.Module, x: Tensor, exact: bool) -> Tensor:
     return layer.rowwise(x) if exact and isinstance(layer, PackedLinear) else layer(x)
 
 
-def packed(linear: nn.Linear) -> nn.Module:
+def packed(linear: nn.Linear, keep_weight: bool = False) -> nn.Module:
     """`linear` prepacked for oneDNN, or unchanged where this CPU's oneDNN cannot reorder its dtype (bf16
-    needs AVX512-BF16 / AVX-NE-CONVERT): plain F.linear is then the fastest path there is."""
+    needs AVX512-BF16 / AVX-NE-CONVERT): plain F.linear is then the fastest path there is. keep_weight: the
+    packed layer still holds the original weight as `.weight`."""
     if not can_pack(linear.weight.dtype):
         return linear
-    return PackedLinear(linear)
+    return PackedLinear(linear, keep_weight=keep_weight)
 
 
 class Int8Linear(nn.Module):
@@ -182,13 +185,14 @@ def can_pack(dtype: torch.dtype) -> bool:
     return _PACKABLE[dtype]
 
 
-def pack_linears(model: nn.Module) -> nn.Module:
-    """Swap every nn.Linear for a PackedLinear where oneDNN can run it (CPU); a no-op elsewhere."""
+def pack_linears(model: nn.Module, keep_weights: tuple[str, ...] = ("lm_head",)) -> nn.Module:
+    """Swap every nn.Linear for a PackedLinear where oneDNN can run it (CPU); a no-op elsewhere. The layers
+    named in `keep_weights` keep their original weight readable too: drafters share the target's LM head."""
     if not torch.backends.mkldnn.is_available() or next(model.parameters()).device.type != "cpu":
         return model
     for name, child in model.named_children():
         if isinstance(child, nn.Linear) and child.bias is None:
-            setattr(model, name, packed(child))
+            setattr(model, name, packed(child, keep_weight=name in keep_weights))
         else:
-            pack_linears(child)
+            pack_linears(child, keep_weights)
     return model

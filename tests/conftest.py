@@ -88,7 +88,7 @@ CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['cont
                  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
-def build_tiny_target(folder: Path, seed: int = 0) -> Path:
+def build_tiny_target(folder: Path, seed: int = 0, tied: bool = True) -> Path:
     """Byte-level BPE tokenizer trained on a few sentences + a random Llama, saved as a HF folder.
 
     Random weights make greedy decoding loop, which gives prompt lookup something to accept, and the
@@ -112,7 +112,7 @@ def build_tiny_target(folder: Path, seed: int = 0) -> Path:
     fast.chat_template = CHAT_TEMPLATE
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=len(fast), bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id,
-                         **TINY_CONFIG)
+                         **{**TINY_CONFIG, "tie_word_embeddings": tied})
     model = LlamaForCausalLM(config)
     with torch.no_grad():   # larger weights than the default init: sharper, more repetitive predictions
         for p in model.parameters():
@@ -126,3 +126,9 @@ def build_tiny_target(folder: Path, seed: int = 0) -> Path:
 @pytest.fixture(scope="session")
 def tiny_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_target(tmp_path_factory.mktemp("tiny-target"))
+
+
+@pytest.fixture(scope="session")
+def untied_tiny_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny target with a separate LM head, as most Llama checkpoints have."""
+    return build_tiny_target(tmp_path_factory.mktemp("untied-tiny-target"), tied=False)

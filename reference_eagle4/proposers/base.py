@@ -22,7 +22,7 @@ def target_embedding_and_head(target: Any) -> tuple[Tensor, Tensor]:
     head = getattr(target.lm_head, "weight", None)
     if head is None:
         if not target.args.tie_embeddings:
-            raise ValueError("the target's lm_head was packed without its weight: bind before pack_linears")
+            raise ValueError("the target's lm_head was packed without its weight: pack_linears keeps it by default")
         head = emb
     return emb, head
 

@@ -141,16 +141,16 @@ class ReferenceRunner:
         """An engine running `settings.method` with KV slots of `max_len` positions."""
         if settings.method not in PROPOSERS:
             raise SpecbenchError(f"--method {settings.method!r} is unknown (choose from {', '.join(self.methods())})")
-        try:
-            proposer = PROPOSERS[settings.method](budget=settings.budget, **settings.options)
-        except (TypeError, ValueError, FileNotFoundError) as err:
-            raise SpecbenchError(f"--method {settings.method}: {err}") from None
         cfg = GenerationConfig(
             max_new_tokens=settings.max_new_tokens,
             sampling=Sampling(settings.temperature, settings.top_p, settings.top_k),
             eos_ids=self.eos_ids, concurrency=settings.concurrency, seed=settings.seed,
             prefix_cache=self.prefix_cache)
-        return Engine(self.model, proposer, cfg, max_len)
+        try:
+            proposer = PROPOSERS[settings.method](budget=settings.budget, **settings.options)
+            return Engine(self.model, proposer, cfg, max_len)        # binds the proposer: a drafter must fit
+        except (TypeError, ValueError, FileNotFoundError) as err:
+            raise SpecbenchError(f"--method {settings.method}: {err}") from None
 
     def max_len(self, requests: list[Request], settings: Settings) -> int:
         """KV slots long enough for the longest prompt, the output, and one step's tree (at least 64 slots, so
