@@ -12,6 +12,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from eagle4_helpers import bigram_target, one_thread  # noqa: E402,F401
+from lossless_helpers import steady_clock  # noqa: E402,F401
 
 from reference_eagle4.calibration import CostTable  # noqa: E402
 from reference_eagle4.drafters.dflash_model import DFlashConfig, DFlashDrafter, load_dflash  # noqa: E402
@@ -101,7 +102,7 @@ def test_incremental_context_cache_equals_training_forward(target, requests):
     assert torch.allclose(got.float(), ref.float(), atol=1e-4)
 
 
-def test_dspark_verified_length_follows_confidence_and_batch(target, requests):
+def test_dspark_verified_length_follows_confidence_and_batch(target, requests, steady_clock):
     d = drafter(target, markov_rank=8)
     with torch.no_grad():
         d.confidence.weight.zero_()
@@ -109,8 +110,8 @@ def test_dspark_verified_length_follows_confidence_and_batch(target, requests):
     sure = generate(target, PROPOSERS["dspark"](budget=8, drafter=d, table=table()), requests[:1], 1)
     one = [st["planned"] for st in sure["r0"].steps]
     assert min(one) == 7 and sure["r0"].steps[0]["pred_accept"] > 4.0
-    # the same drafter at batch 8 with verification steep in tokens (far above the live drafting time, which
-    # enters every option alike): short chains. Eight requests, first steps: all taken at batch 8.
+    # the same drafter at batch 8 with verification steep in tokens (far above the drafting time, which enters
+    # every option alike): short chains. Eight requests, first steps: all taken at batch 8.
     eight_reqs = [Request(f"{r.id}-{i}", r.prompt_ids) for i in range(2) for r in requests[:4]]
     many = generate(target, PROPOSERS["dspark"](budget=8, drafter=d, table=table(steep_at_8=2000.0)),
                     eight_reqs, 8)
