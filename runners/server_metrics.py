@@ -20,6 +20,13 @@ VLLM_COUNTERS = {
     "vllm:spec_decode_num_accepted_tokens": "num_accepted_tokens",
 }
 VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+# What the project's AL needs beside them (vllm/v1/metrics/loggers.py): tokens the server generated and requests
+# it finished (summed over `finished_reason`); the first token of each request comes from its prefill, not a step.
+VLLM_OUTPUT_COUNTERS = {
+    "vllm:generation_tokens": "generation_tokens",
+    "vllm:request_success": "requests_finished",
+}
+COUNTED = (*VLLM_COUNTERS.values(), *VLLM_OUTPUT_COUNTERS.values())
 
 
 # -- /metrics counters --------------------------------------------------------------------------------------------
@@ -29,11 +36,12 @@ def parse_spec_counters(text: str) -> dict[str, Any] | None:
 
     Parsed with prometheus_client's text parser. Returns None when the server exposes none of them (no
     speculative decoding configured), else {"num_drafts", "num_draft_tokens", "num_accepted_tokens",
-    "num_accepted_tokens_per_pos": [per position 0..]}.
+    "num_accepted_tokens_per_pos": [per position 0..], "generation_tokens", "requests_finished"} (the last two
+    are 0 where the server does not expose them).
     """
     from prometheus_client.parser import text_string_to_metric_families
 
-    out: dict[str, Any] = {v: 0.0 for v in VLLM_COUNTERS.values()}
+    out: dict[str, Any] = {v: 0.0 for v in COUNTED}
     per_pos: dict[int, float] = {}
     found = False
     for family in text_string_to_metric_families(text):
@@ -45,6 +53,8 @@ def parse_spec_counters(text: str) -> dict[str, Any] | None:
             if base in VLLM_COUNTERS:
                 out[VLLM_COUNTERS[base]] += sample.value
                 found = True
+            elif base in VLLM_OUTPUT_COUNTERS:
+                out[VLLM_OUTPUT_COUNTERS[base]] += sample.value
             elif base == VLLM_PER_POS:
                 pos = int(sample.labels.get("position", 0))
                 per_pos[pos] = per_pos.get(pos, 0.0) + sample.value
@@ -60,7 +70,7 @@ def counter_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -
     if after is None:
         return None
     before = before or {}
-    out = {k: after[k] - before.get(k, 0.0) for k in VLLM_COUNTERS.values()}
+    out = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in COUNTED}
     a, b = after["num_accepted_tokens_per_pos"], before.get("num_accepted_tokens_per_pos", [])
     out["num_accepted_tokens_per_pos"] = [a[i] - (b[i] if i < len(b) else 0.0) for i in range(len(a))]
     return out
@@ -80,21 +90,36 @@ def add_counters(total: dict[str, Any] | None, delta: dict[str, Any]) -> dict[st
     return out
 
 
-def counters_summary(c: dict[str, Any]) -> dict[str, Any]:
-    """AL and per-position acceptance from vLLM-style counters (the definitions of specbench.analysis.metrics).
+def design_al(decode_tokens: float, steps: float) -> float | None:
+    """The project's AL (DESIGN.md; `specbench.analysis.metrics.acceptance_length`, token-weighted): tokens
+    emitted by verification steps / steps, every step counted whether it drafted or not. `decode_tokens`
+    excludes each request's first token, which its prefill produced."""
+    return float(decode_tokens) / steps if steps > 0 else None
 
-    AL = 1 + accepted / drafts (steps that drafted nothing are not counted, as in vLLM);
-    unconditional[i] = steps whose accepted path reached depth i+1 / drafts; conditional[i] = that over the
-    count at depth i (depth 0 = every drafting step).
+
+def counters_summary(c: dict[str, Any]) -> dict[str, Any]:
+    """AL and per-position acceptance from vLLM's counters.
+
+    `al` is the project's definition (`design_al`): decode tokens = generated tokens - finished requests, and
+    steps = decode tokens - accepted drafts, since every step emits its accepted drafts plus one token (vLLM
+    counts accepted drafts before EOS or max_tokens cut them, so a cut last step makes this a step short).
+    `al_engine` is vLLM's own: 1 + accepted / drafts, steps that drafted nothing left out, so it is higher
+    wherever the drafter had nothing to offer (n-gram with no match). unconditional[i] = drafting steps whose
+    accepted path reached depth i+1 / drafting steps; conditional[i] = that over the count at depth i.
     """
     drafts = c.get("num_drafts") or 0
     per_pos = c.get("num_accepted_tokens_per_pos") or []
     if not drafts:
-        return {"al": None, "acceptance_rate": None, "hit_rate_unconditional": [], "hit_rate_conditional": []}
+        return {"al": None, "al_engine": None, "acceptance_rate": None, "hit_rate_unconditional": [],
+                "hit_rate_conditional": []}
+    accepted = c["num_accepted_tokens"]
+    decode = (c.get("generation_tokens") or 0) - (c.get("requests_finished") or 0)
     prev = [drafts, *per_pos[:-1]]
     return {
-        "al": 1.0 + c["num_accepted_tokens"] / drafts,
-        "acceptance_rate": c["num_accepted_tokens"] / c["num_draft_tokens"] if c.get("num_draft_tokens") else None,
+        "al": design_al(decode, decode - accepted) if decode > accepted else None,
+        "al_engine": 1.0 + accepted / drafts,
+        "al_engine_definition": "vLLM: 1 + accepted / drafting steps",
+        "acceptance_rate": accepted / c["num_draft_tokens"] if c.get("num_draft_tokens") else None,
         "hit_rate_unconditional": [p / drafts for p in per_pos],
         "hit_rate_conditional": [p / q if q else None for p, q in zip(per_pos, prev)],
     }

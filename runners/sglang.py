@@ -26,7 +26,8 @@ only the new ids when the server runs with --incremental-streaming-output; both 
 (`spec_num_proposed_drafts`, older `spec_draft_token_num`), and `spec_accept_histogram` (newer alias
 `spec_correct_drafts_histogram`): index j = steps that accepted exactly j drafts. The histogram becomes the
 record's steps (order lost; `fit_steps` reconciles them with the output length); the sums over requests are
-the run-level counters in the manifest (`engine_counters`), with AL = 1 + accepted / verify steps.
+the run-level counters in the manifest (`engine_counters`), with the AL of both definitions
+(`sglang_summary`: the project's, and SGLang's spec_accept_length).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from typing import Any
 
 from specbench.errors import SpecbenchError
 from specbench.runners.server import ServerRequest, ServerRunner, Session, Stream, load_tokenizer, sse_events
-from specbench.runners.server_metrics import add_counters, steps_from_histogram
+from specbench.runners.server_metrics import add_counters, design_al, steps_from_histogram
 from specbench.settings import Settings
 
 ENGINE = "sglang"
@@ -137,18 +138,23 @@ def parse_meta_info(meta: dict[str, Any], budget: int, n_output: int, method: st
 
 
 def sglang_summary(c: dict[str, Any]) -> dict[str, Any]:
-    """AL = 1 + accepted / verify steps; per-position rates from the summed histogram (the definitions of
-    specbench.analysis.metrics)."""
+    """AL and per-position rates from summed meta_info counters.
+
+    `al` is the project's definition (`server_metrics.design_al`): output tokens after each request's first
+    (its prefill's) / verify steps; `al_engine` is SGLang's own `spec_accept_length`, completion tokens / verify
+    steps, the prefill token included. Per-position rates come from the summed acceptance histogram."""
     steps = c.get("verify_steps") or 0
     hist = c.get("accept_histogram") or []
     if not steps:
-        return {"al": None, "acceptance_rate": None, "hit_rate_unconditional": [], "hit_rate_conditional": []}
+        return {"al": None, "al_engine": None, "acceptance_rate": None, "hit_rate_unconditional": [],
+                "hit_rate_conditional": []}
     reach = [sum(hist[j:]) for j in range(1, len(hist))]          # steps reaching depth j
     prev = [sum(hist), *reach[:-1]]
     return {
-        "al": 1.0 + c["accepted_drafts"] / steps,
+        "al": design_al(c["completion_tokens"] - c.get("requests", 1), steps),
+        "al_engine": c["completion_tokens"] / steps,
+        "al_engine_definition": "SGLang spec_accept_length: completion tokens / verify steps",
         "acceptance_rate": c["accepted_drafts"] / c["proposed_drafts"] if c.get("proposed_drafts") else None,
-        "al_sglang": c["completion_tokens"] / steps,               # SGLang's spec_accept_length (prefill token in)
         "hit_rate_unconditional": [r / steps for r in reach],
         "hit_rate_conditional": [r / p if p else None for r, p in zip(reach, prev)],
     }

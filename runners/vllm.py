@@ -25,7 +25,8 @@ carries `metrics.speculative_decoding` with `per_step_accepted` / `per_step_draf
 in order), which become the record's `steps` (`runners.server_metrics.fit_steps` infers the rest). Run-level
 counters come from `/metrics` before and after every block (`vllm:spec_decode_num_drafts_total`,
 `..._num_draft_tokens_total`, `..._num_accepted_tokens_total`, `..._num_accepted_tokens_per_pos_total
-{position}`) and land in the manifest's `engine_counters` with AL = 1 + accepted / drafts.
+{position}`) and land in the manifest's `engine_counters` with the AL of both definitions
+(`server_metrics.counters_summary`: the project's, every step counted, and vLLM's, drafting steps only).
 
 Requests: POST /v1/chat/completions with `stream`, `stream_options.include_usage` (usage and metrics ride
 the final chunk) and `return_token_ids` (vLLM >= 0.10.2: `prompt_token_ids` on the first chunk, `token_ids`

@@ -15,6 +15,7 @@ from typing import Any, Iterable
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from specbench.analysis.engine_counters import TOLERANCE, counter_agreement
 from specbench.analysis.headline import sentences
 from specbench.analysis.metrics import speedups, summarize_run
 from specbench.analysis.plots import Plot, all_plots, speedup_by_budget
@@ -155,6 +156,28 @@ def _runs_table(summaries: list[Summary], speeds: list[Summary]) -> Table:
     return table
 
 
+def _counters_table(summaries: list[Summary]) -> dict[str, Any] | None:
+    """Each server run's AL and hit@1 from its records beside those from the engine's counters (both by the
+    project's definition), the engine's own AL, and a flag where the sources differ by more than 2%, with the
+    engines' own AL definitions; None when no run has engine counters."""
+    checks = [(s, c) for s in summaries if (c := counter_agreement(s)) is not None]
+    if not checks:
+        return None
+    table = Table("Engine counters", ["engine", "method", "L", "C", "AL records", "AL counters", "gap",
+                                      "AL engine's own", "hit@1 records", "hit@1 counters", "check", "run"],
+                  [False, False, True, True, True, True, True, True, True, True, False, False])
+    for s, c in checks:
+        first = lambda rates: rates[0] if rates else None  # noqa: E731
+        check = (f"differs > {TOLERANCE:.0%}" if c["flag"] else "agrees") + (" (counters incomplete)"
+                                                                            if c["incomplete"] else "")
+        table.rows.append([str(s["engine"]), str(s["method"]), str(s["budget"]), str(s["concurrency"]),
+                           fmt(c["al_records"], ".3f"), fmt(c["al_counters"], ".3f"), fmt(c["al_gap"], "+.1%"),
+                           fmt(c["al_engine"], ".3f"), fmt(first(c["hit_rates_records"]), ".1%"),
+                           fmt(first(c["hit_rates_counters"]), ".1%"), check, str(s["run_id"])])
+    return {"table": table, "flagged": sum(c["flag"] for _, c in checks),
+            "definitions": sorted({c["al_engine_definition"] for _, c in checks if c["al_engine_definition"]})}
+
+
 def _others_cpu(load: dict[str, Any] | None) -> str:
     """Share of the machine's CPU that other processes and guests took while the run measured (machine_load.py);
     a run of the in-process engine on a quiet machine shows 0%."""
@@ -210,6 +233,7 @@ def _context(summaries: list[Summary], headline: Plot, plots: list[Plot], out_di
         "legend": COLUMN_LEGEND,
         "plots": [_plot_view(p, out_dir) for p in plots],
         "runs": _runs_table(summaries, speeds),
+        "counters": _counters_table(summaries),
         "commands": [(str(s["run_id"]), _command(s["command"])) for s in summaries],
         "environment": _environment(summaries),
     }

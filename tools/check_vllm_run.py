@@ -15,9 +15,10 @@ The check fails (exit 1, each failure on its own line) unless:
   (the reference engine on the CPU computes every verified token as vanilla decoding would, in bf16 as in fp32),
   and between any greedy runs in float32. Elsewhere (vLLM in bf16, whose batched verification may round a near
   tie the other way) the share of identical outputs is reported, not required;
-- for each --same-al pair (a vLLM run and a reference run of the same drafter weights and budget), vLLM's AL
-  from its /metrics counters is within --al-tolerance (relative) of the reference engine's AL computed from its
-  records with vLLM's definition: 1 + accepted drafts / steps that drafted.
+- for each --same-al pair (a vLLM run and a reference run of the same drafter weights and budget), the AL from
+  vLLM's /metrics counters is within --al-tolerance (relative) of the reference engine's AL from its records,
+  both by the project's definition (emitted tokens / verification steps, every step counted;
+  `runners.server_metrics.counters_summary`, `analysis.metrics.acceptance_length`).
 
 Input that is not a run directory is one line naming the path (exit 2).
 """
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specbench.analysis.metrics import acceptance_length
 from specbench.errors import SpecbenchError
 from specbench.records import latest_per_request, read_all_records, read_manifest
 
@@ -179,9 +181,8 @@ def check_outputs(runs: list[Run], report: Report) -> None:
 
 
 def records_al(run: Run) -> float | None:
-    """AL with vLLM's counter definition: 1 + accepted drafts / steps that drafted."""
-    steps = [s for r in run.records if r["status"] == "ok" for s in r["steps"] if s.get("drafted", 0) > 0]
-    return 1.0 + sum(s["accepted"] for s in steps) / len(steps) if steps else None
+    """AL from the run's records: emitted tokens / verification steps (token-weighted)."""
+    return acceptance_length(run.records)["token_weighted"]
 
 
 def check_al(vllm: Run, ref: Run, tolerance: float, report: Report) -> None:

@@ -60,10 +60,11 @@ def write_runs(synth, tweak: Callable[[str, dict[str, Any], list[dict[str, Any]]
             records.append(rec)
         manifest = {**COMMON, **spec}
         if spec["engine"] == "vllm":
-            drafts = sum(1 for r in records for _ in r["steps"])
-            acc = sum(s["accepted"] for r in records for s in r["steps"])
-            manifest["engine_counters"] = {"counters": {"num_drafts": drafts, "num_accepted_tokens": acc},
-                                           "summary": {"al": 1 + acc / drafts}, "incomplete": False}
+            steps = [s for r in records for s in r["steps"]]
+            acc = sum(s["accepted"] for s in steps)
+            manifest["engine_counters"] = {"counters": {"num_drafts": len(steps), "num_accepted_tokens": acc},
+                                           "summary": {"al": sum(s["emitted"] for s in steps) / len(steps)},
+                                           "incomplete": False}
         tweak(name, manifest, records)
         paths[name] = synth.run(name, records, **manifest)
     return paths
@@ -71,7 +72,7 @@ def write_runs(synth, tweak: Callable[[str, dict[str, Any], list[dict[str, Any]]
 
 def steps_al(accepted: list[int]) -> float:
     steps = [s for out in GREEDY.values() for s in chain_steps(len(out), accepted)]
-    return 1 + sum(s["accepted"] for s in steps) / len(steps)
+    return sum(s["emitted"] for s in steps) / len(steps)
 
 
 EAGLE_AL = steps_al(EAGLE_ACCEPTED)

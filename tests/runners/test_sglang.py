@@ -31,7 +31,7 @@ def test_parses_a_recorded_final_meta_info():
     c = parsed["counters"]
     assert (c["verify_steps"], c["accepted_drafts"], c["proposed_drafts"]) == (4, 7, 28)
     s = sglang_summary(c)
-    assert s["al"] == pytest.approx(1 + 7 / 4) and s["al_sglang"] == pytest.approx(meta["spec_accept_length"])
+    assert s["al"] == pytest.approx(1 + 7 / 4) and s["al_engine"] == pytest.approx(meta["spec_accept_length"])
     assert s["hit_rate_unconditional"][:2] == pytest.approx([3 / 4, 2 / 4])
     # older SGLang names, and a vanilla server (no spec fields at all)
     old = {"completion_tokens": 12, "spec_verify_ct": 4, "spec_accept_token_num": 7, "spec_draft_token_num": 28,

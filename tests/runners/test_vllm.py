@@ -51,8 +51,10 @@ def test_same_al_as_the_in_process_run(tiny_target, served, tmp_path, concurrenc
     assert m["engine"] == "vllm" and m["method_config"]["speculative_config"]["num_speculative_tokens"] == 3
     counters = m["engine_counters"]
     assert not counters["incomplete"]
+    # both definitions from the counters: vLLM's own (drafting steps only) and the project's (every step)
+    assert counters["summary"]["al_engine"] == pytest.approx(vllm_al(ours), rel=0.02)
     al_metrics = counters["summary"]["al"]
-    assert al_metrics == pytest.approx(vllm_al(ours), rel=0.02)
+    assert al_metrics == pytest.approx(summarize_records(ours)["al_token_weighted"], rel=0.02)
     assert al_metrics > 1.2, "the tiny target repeats itself: prompt lookup must be accepted"
     hits = hit_rates(ours)["unconditional"]
     assert counters["summary"]["hit_rate_unconditional"][: len(hits)] == pytest.approx(hits, rel=0.02)
@@ -147,19 +149,26 @@ vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",pos
 vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="2"} 3.0
 # TYPE vllm:generation_tokens counter
 vllm:generation_tokens_total{engine="0",model_name="m"} 99.0
+# TYPE vllm:request_success counter
+vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"} 2.0
+vllm:request_success_total{engine="0",finished_reason="length",model_name="m"} 1.0
 """
 
 
 def test_metrics_parsing_deltas_and_summary():
     c = parse_spec_counters(METRICS)
     assert c == {"num_drafts": 15.0, "num_draft_tokens": 45.0, "num_accepted_tokens": 21.0,
-                 "num_accepted_tokens_per_pos": [12.0, 6.0, 3.0]}
+                 "num_accepted_tokens_per_pos": [12.0, 6.0, 3.0], "generation_tokens": 99.0,
+                 "requests_finished": 3.0}
     assert parse_spec_counters("# TYPE vllm:generation_tokens counter\nvllm:generation_tokens_total 3.0\n") is None
     d = counter_delta({"num_drafts": 5.0, "num_draft_tokens": 15.0, "num_accepted_tokens": 1.0,
                        "num_accepted_tokens_per_pos": [1.0]}, c)
     assert d["num_drafts"] == 10.0 and d["num_accepted_tokens_per_pos"] == [11.0, 6.0, 3.0]
     s = counters_summary(c)
-    assert s["al"] == pytest.approx(1 + 21 / 15) and s["acceptance_rate"] == pytest.approx(21 / 45)
+    # vLLM's own AL counts drafting steps only; the project's counts every step: 99 - 3 prefill tokens = 96
+    # decode tokens, of which 21 were accepted drafts, so 75 steps (15 drafting, 60 that drafted nothing)
+    assert s["al_engine"] == pytest.approx(1 + 21 / 15) and s["al"] == pytest.approx(96 / 75)
+    assert s["acceptance_rate"] == pytest.approx(21 / 45)
     assert s["hit_rate_unconditional"] == pytest.approx([12 / 15, 6 / 15, 3 / 15])
     assert s["hit_rate_conditional"] == pytest.approx([12 / 15, 6 / 12, 3 / 6])
 

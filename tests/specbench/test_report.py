@@ -311,3 +311,23 @@ def test_cli_summarize_writes_csv_and_parquet(run_dirs, tmp_path):
     assert result.exit_code == 0, result.output
     assert json.loads(result.output) == [summarize_run(run_dirs[1])]
     assert len(pd.read_csv(tmp_path / "one.csv")) == 3          # all, text-to-image, text-to-video
+
+
+def test_engine_counters_shown_beside_records_with_a_flag(synth, tmp_path):
+    """A server run's AL from its records and from the engine's counters side by side in both pages, with the
+    engine's own definition named and a gap above 2% flagged; reference runs add no such section."""
+    rec, step = synth.record, synth.step
+    summary = {"al": 2.2, "al_engine": 2.6, "al_engine_definition": "vLLM: 1 + accepted / drafting steps",
+               "hit_rate_unconditional": [2 / 3]}
+    run = synth.run("vl", [rec("q1", [step(2, 3), step(0, 3), step(1, 3)])], method="ngram", budget=4,
+                    engine="vllm", engine_counters={"source": "vLLM /metrics", "summary": summary})
+    render_report([run], tmp_path / "r")
+    text = (tmp_path / "r" / "leaderboard.md").read_text()
+    row = _row(_md_tables(text)[("Engine counters", "Engine counters")], "vl")
+    assert (row["AL records"], row["AL counters"], row["gap"], row["AL engine's own"]) == ("2.000", "2.200",
+                                                                                        "+10.0%", "2.600")
+    assert row["check"] == "differs > 2%" and "vLLM: 1 + accepted / drafting steps" in text
+    assert "Engine counters" in (tmp_path / "r" / "index.html").read_text()
+    plain = synth.run("ref", [rec("q1", [step(1, 3)])], method="ngram", budget=4)
+    render_report([plain], tmp_path / "p")
+    assert "Engine counters" not in (tmp_path / "p" / "leaderboard.md").read_text()
