@@ -58,7 +58,7 @@ def preset_commands(preset: str, engine: str, method: str, budget: int = 8, targ
     for c in p.concurrency:
         argv = ["specbench", "run", "--engine", engine, "--endpoint", f"http://127.0.0.1:{port}", "--target", target,
                 "--method", method, "--budget", str(budget), "--concurrency", str(c), "--dataset", dataset,
-                "--dtype", p.dtype]
+                "--dtype", p.dtype, "--option", f"tp={p.tp}"]      # the manifest's tensor_parallel_size
         if drafter:
             argv += ["--option", f"drafter={drafter}"]
         argv += ["--out", f"runs/{preset}-{engine}-{method}-L{budget}-C{c}"]

@@ -52,7 +52,7 @@ def test_b300_tp4_launch_commands(engine, method, drafter, expected):
     option = (f" --option drafter={drafter}" if drafter else ' --option "drafter=$DRAFTER"') if needs else ""
     assert runs == [
         f"specbench run --engine {engine} --endpoint http://127.0.0.1:{port} --target \"$TARGET\" --method {method} "
-        f"--budget 8 --concurrency {c} --dataset prompt-enhancement --dtype bfloat16{option} "
+        f"--budget 8 --concurrency {c} --dataset prompt-enhancement --dtype bfloat16 --option tp=4{option} "
         f"--out runs/b300-tp4-{engine}-{method}-L8-C{c}" for c in (1, 8)]
 
 
