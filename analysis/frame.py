@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from specbench.analysis.metrics import speedups, summarize_run
+from specbench.analysis.metrics import LATENCY_KEYS, speedups, summarize_run
 
 Summary = dict[str, Any]
 
@@ -28,17 +28,23 @@ COLUMNS: dict[str, str] = {
     "drafted_mean": "float64", "draft_ms_mean": "float64", "verify_ms_mean": "float64",
     "al_token_weighted": "float64", "al_per_request_mean": "float64", "hit_at_1": "float64",
     "aggregate_tok_s": "float64", "speedup": "float64", "per_user_tok_s": "float64",
-    "ttft_mean_s": "float64", "ttft_p50_s": "float64", "ttft_p90_s": "float64", "tpot_mean_s": "float64",
+    "ttft_mean_s": "float64", "ttft_p50_s": "float64", "ttft_p90_s": "float64", "ttft_p99_s": "float64",
+    "tpot_mean_s": "float64", "tpot_p50_s": "float64", "tpot_p90_s": "float64", "tpot_p99_s": "float64",
+    "itl_mean_s": "float64", "itl_p50_s": "float64", "itl_p90_s": "float64", "itl_p99_s": "float64",
+    "request_s": "float64",
+    "goodput_req_s": "float64",  # requests/s meeting every --goodput objective; missing without objectives
     "n_ok": "int64", "n_failed": "int64", "n_steps": "int64", "output_tokens": "int64", "wall_s": "float64",
     "al_entropy_q1": "float64", "al_entropy_q2": "float64", "al_entropy_q3": "float64", "al_entropy_q4": "float64",
     "pred_accept_corr": "float64",
     "baseline": "str",         # run_id of the vanilla run the speedup divides by
     "compare_id": "str", "created": "str", "run_dir": "str",
+    "repeat": "Int64",         # k of `compare --repeats N`; missing for a run that is no repeat
 }
 RUN_KEYS = ("run_id", "dataset", "engine", "method", "budget", "concurrency", "target", "dtype", "device",
             "compare_id", "created", "run_dir")
 METRIC_KEYS = ("drafted_mean", "draft_ms_mean", "verify_ms_mean", "al_token_weighted", "al_per_request_mean",
-               "aggregate_tok_s", "per_user_tok_s", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "tpot_mean_s",
+               "hit_at_1", "aggregate_tok_s", "per_user_tok_s", "request_s", "goodput_req_s",
+               *LATENCY_KEYS,
                "n_ok", "n_failed", "n_steps", "output_tokens", "wall_s", "pred_accept_corr")
 
 
@@ -47,17 +53,16 @@ def _variant(manifest: dict[str, Any]) -> str | None:
 
 
 def _row(run: Summary, category: str, metrics: Summary, speedup: float | None, baseline: str | None) -> Summary:
-    hits = metrics["hit_rate_unconditional"]
     return {
         **{k: run.get(k) for k in RUN_KEYS},
         "category": category,
         "base_method": run["manifest"].get("method", run["method"]),
         "variant": _variant(run["manifest"]),
         **{k: metrics.get(k) for k in METRIC_KEYS},
-        "hit_at_1": hits[0] if hits else None,
         "speedup": speedup,
         **{f"al_entropy_q{q['quartile']}": q["al"] for q in metrics["entropy_quartiles"]},
         "baseline": baseline,
+        "repeat": run["manifest"].get("repeat"),
     }
 
 
@@ -74,6 +79,7 @@ def summaries_frame(summaries: list[Summary]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(COLUMNS)).astype(COLUMNS)
 
 
-def runs_frame(run_dirs: Iterable[str | Path]) -> pd.DataFrame:
-    """Run directories -> one DataFrame (see `summaries_frame`), read from their saved records only."""
-    return summaries_frame([summarize_run(d) for d in run_dirs])
+def runs_frame(run_dirs: Iterable[str | Path], slo: dict[str, float] | None = None) -> pd.DataFrame:
+    """Run directories -> one DataFrame (see `summaries_frame`), read from their saved records only; `slo`
+    (`metrics.parse_slo`) fills `goodput_req_s`."""
+    return summaries_frame([summarize_run(d, slo) for d in run_dirs])

@@ -7,6 +7,11 @@ a request that died half-way would otherwise pull AL and throughput towards what
 Vocabulary (the project's design card): a *step* is one target verification pass for one sequence; `emitted`
 counts the tokens it output (cut by EOS / max_new_tokens), `accepted` the drafted tokens the target agreed with
 (not cut, so hit rates see what the drafter got right even when the sequence ended mid-path).
+
+Latency follows `vllm bench serve` (vLLM 0.33.0, vllm/benchmarks/serve.py `calculate_metrics`): TTFT, TPOT =
+(latency - TTFT) / (output tokens - 1) and ITL (the gaps between stream chunks, `itl_s`, pooled over requests)
+each as mean, p50, p90 and p99 (numpy's linear percentiles); goodput under service-level objectives is the
+requests per second that meet every objective (`goodput`).
 """
 
 from __future__ import annotations
@@ -31,7 +36,14 @@ MANIFEST_KEYS = REQUIRED_MANIFEST_KEYS + (
 # engine, model and device, and the same workload (which rows, how many tokens, how they are sampled).
 BASELINE_MATCH_KEYS = ("engine", "dataset", "concurrency", "target", "dtype", "device")
 WORKLOAD_KEYS = ("categories", "limit", "seed", "max_new_tokens", "temperature", "top_p", "top_k", "threads",
-                 "prefix_cache")                     # read from the manifest
+                 "prefix_cache", "request_rate", "burstiness")     # read from the manifest
+PERCENTILES = (50, 90, 99)
+# throughput()'s latency figures, seconds: TTFT, TPOT and ITL as mean and each percentile
+LATENCY_KEYS = tuple(f"{m}_{stat}_s" for m in ("ttft", "tpot", "itl")
+                     for stat in ("mean", *(f"p{p}" for p in PERCENTILES)))
+# --goodput objectives, as vllm bench serve's `--goodput KEY:VALUE` (milliseconds): the record metric each bounds
+SLO_METRICS = {"ttft": "time to first token", "tpot": "time per output token after the first",
+               "e2el": "end-to-end latency"}
 BASELINE_METHOD = "vanilla"
 
 
@@ -136,26 +148,89 @@ def union_length(intervals: Iterable[tuple[float, float]]) -> float:
     return total
 
 
-def throughput(records: Iterable[Record]) -> dict[str, float | None]:
-    """Aggregate tok/s, per-user tok/s, TTFT (mean, p50, p90) and mean TPOT, all in seconds or tokens/s.
+def _tpot(r: Record) -> float | None:
+    """(latency - TTFT) / (output tokens - 1); None with fewer than two output tokens."""
+    n = len(r["output_token_ids"])
+    return (r["latency_s"] - r["ttft_s"]) / (n - 1) if n >= 2 else None
 
-    Output tokens include the one sampled from the prefill's logits. TPOT needs at least two output tokens.
+
+def _distribution(name: str, values: list[float]) -> dict[str, float | None]:
+    """`{name}_mean_s` and `{name}_p50_s`, `_p90_s`, `_p99_s` of the values (None when there are none)."""
+    out = {f"{name}_mean_s": _mean(values)}
+    for p in PERCENTILES:
+        out[f"{name}_p{p}_s"] = float(np.percentile(values, p)) if values else None
+    return out
+
+
+def throughput(records: Iterable[Record]) -> dict[str, float | None]:
+    """Aggregate tok/s, requests/s, per-user tok/s, and TTFT, TPOT and ITL as mean, p50, p90 and p99 (seconds).
+
+    Output tokens include the one sampled from the prefill's logits. TPOT needs at least two output tokens. ITL
+    pools every gap of the records that have them (`itl_s`: server engines); None when none has.
     """
     records = ok_records(records)
     n_out = [len(r["output_token_ids"]) for r in records]
     wall = union_length((r["t_start"], r["t_end"]) for r in records)
-    ttft = [r["ttft_s"] for r in records]
-    tpot = [(r["latency_s"] - r["ttft_s"]) / (n - 1) for r, n in zip(records, n_out) if n >= 2]
+    tpot = [t for t in map(_tpot, records) if t is not None]
     return {
         "output_tokens": sum(n_out),
         "wall_s": wall,
         "aggregate_tok_s": _ratio(sum(n_out), wall),
+        "request_s": _ratio(len(records), wall),
         "per_user_tok_s": _mean([n / r["latency_s"] for r, n in zip(records, n_out) if r["latency_s"] > 0]),
-        "ttft_mean_s": _mean(ttft),
-        "ttft_p50_s": float(np.percentile(ttft, 50)) if ttft else None,
-        "ttft_p90_s": float(np.percentile(ttft, 90)) if ttft else None,
-        "tpot_mean_s": _mean(tpot),
+        **_distribution("ttft", [r["ttft_s"] for r in records]),
+        **_distribution("tpot", tpot),
+        **_distribution("itl", [gap for r in records for gap in r.get("itl_s") or ()]),
     }
+
+
+def parse_slo(items: Iterable[str], flag: str = "--goodput") -> dict[str, float]:
+    """`ttft_ms:500 tpot_ms:20` (or vllm bench serve's `ttft:500`) -> {"ttft": 500.0, "tpot": 20.0}, milliseconds.
+    Items may also be given in one string, separated by spaces or commas; anything else is a SpecbenchError."""
+    slo: dict[str, float] = {}
+    for item in (x for raw in items for x in raw.replace(",", " ").split()):
+        key, sep, value = item.partition(":")
+        name = key.removesuffix("_ms")
+        try:
+            ms = float(value)
+        except ValueError:
+            ms = -1.0
+        if not sep or name not in SLO_METRICS or not 0 <= ms < float("inf"):
+            raise SpecbenchError(f"{flag} {item!r}: expected KEY:MILLISECONDS with KEY one of "
+                                 f"{', '.join(k + '_ms' for k in SLO_METRICS)} (e.g. {flag} ttft_ms:500 tpot_ms:20)")
+        slo[name] = ms
+    return slo
+
+
+def goodput(records: Iterable[Record], slo: dict[str, float]) -> float | None:
+    """Requests per second of wall time that meet every objective in `slo` (milliseconds; `parse_slo`), as
+    vllm bench serve's `request_goodput`: a request with one output token has TPOT 0; failed requests never
+    count. None without objectives or without wall time."""
+    records = ok_records(records)
+    if not slo:
+        return None
+    value = {"ttft": lambda r: r["ttft_s"], "tpot": lambda r: _tpot(r) or 0.0, "e2el": lambda r: r["latency_s"]}
+    good = sum(all(value[k](r) * 1000 <= ms for k, ms in slo.items()) for r in records)
+    return _ratio(good, union_length((r["t_start"], r["t_end"]) for r in records))
+
+
+def mean_ci(values: Iterable[float | None], confidence: float = 0.95) -> tuple[float | None, float | None]:
+    """(mean, half-width of its Student-t confidence interval) over the values that are not None: what a figure
+    measured over repeats is, and how sure. The half-width is None for fewer than two values, 0 when they are
+    all equal."""
+    data = [float(v) for v in values if v is not None]
+    if not data:
+        return None, None
+    mean = float(np.mean(data))
+    if len(data) < 2:
+        return mean, None
+    from scipy import stats
+
+    sem = float(stats.sem(data))
+    if sem == 0:
+        return mean, 0.0
+    low, _ = stats.t.interval(confidence, len(data) - 1, loc=mean, scale=sem)
+    return mean, mean - float(low)
 
 
 def verified_drafts(records: Iterable[Record]) -> dict[str, float | None]:
@@ -181,8 +256,9 @@ def step_times(records: Iterable[Record]) -> dict[str, float | None]:
             "verify_ms_mean": _mean([s["verify_ms"] for s in steps])}
 
 
-def summarize_records(records: list[Record]) -> dict[str, Any]:
-    """Every metric for one set of records, flat so tables can pick columns by name.
+def summarize_records(records: list[Record], slo: dict[str, float] | None = None) -> dict[str, Any]:
+    """Every metric for one set of records, flat so tables can pick columns by name; `goodput_req_s` under the
+    objectives `slo` (`parse_slo`; None without them).
 
     The histogram's keys are strings so the summary is unchanged by a JSON round trip.
     """
@@ -194,6 +270,7 @@ def summarize_records(records: list[Record]) -> dict[str, Any]:
         "n_failed": len(records) - len(ok),
         "n_steps": len(_steps(ok)),
         "al_token_weighted": al["token_weighted"],
+        "hit_at_1": hits["unconditional"][0] if hits["unconditional"] else None,
         "al_per_request_mean": al["per_request_mean"],
         "hit_rate_unconditional": hits["unconditional"],
         "hit_rate_conditional": hits["conditional"],
@@ -202,6 +279,7 @@ def summarize_records(records: list[Record]) -> dict[str, Any]:
         **verified_drafts(ok),
         **step_times(ok),
         **throughput(ok),
+        "goodput_req_s": goodput(ok, slo or {}),
     }
 
 
@@ -225,8 +303,9 @@ def method_label(manifest: dict[str, Any]) -> str:
     return "+".join([str(manifest["method"]), *(f"{k}={v}" for k, v in variant.items())])
 
 
-def summarize_run(run_dir: str | Path) -> dict[str, Any]:
-    """Manifest fields + every metric over the run's ok records + the same metrics per category.
+def summarize_run(run_dir: str | Path, slo: dict[str, float] | None = None) -> dict[str, Any]:
+    """Manifest fields + every metric over the run's ok records + the same metrics per category; goodput
+    under `slo` (`goodput_slo` names the objectives).
 
     JSON-serialisable. `manifest` keeps the whole manifest for keys the report shows when present.
     """
@@ -239,8 +318,9 @@ def summarize_run(run_dir: str | Path) -> dict[str, Any]:
         "method": method_label(manifest),
         "run_dir": str(run_dir),
         "manifest": manifest,
-        **summarize_records(records),
-        "per_category": {c: summarize_records([r for r in records if r["category"] == c]) for c in categories},
+        "goodput_slo": slo or None,
+        **summarize_records(records, slo),
+        "per_category": {c: summarize_records([r for r in records if r["category"] == c], slo) for c in categories},
     }
 
 
@@ -253,7 +333,8 @@ def _created_seconds(summary: dict[str, Any]) -> float | None:
 
 def _baseline_for(summary: dict[str, Any], summaries: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The vanilla run that matches on BASELINE_MATCH_KEYS and WORKLOAD_KEYS, preferring the same `compare_id`
-    (measured interleaved, so machine drift cancels), then the one created closest in time."""
+    (measured interleaved, so machine drift cancels), then the same repeat of it, then the one created closest
+    in time."""
     workload = lambda s: [s.get("manifest", {}).get(k) for k in WORKLOAD_KEYS]  # noqa: E731
     candidates = [s for s in summaries if s["method"] == BASELINE_METHOD
                   and all(s.get(k) == summary.get(k) for k in BASELINE_MATCH_KEYS)
@@ -262,33 +343,57 @@ def _baseline_for(summary: dict[str, Any], summaries: list[dict[str, Any]]) -> d
         return None
     here = _created_seconds(summary)
 
-    def rank(s: dict[str, Any]) -> tuple[bool, float, str]:
+    def rank(s: dict[str, Any]) -> tuple[bool, bool, float, str]:
         same_compare = summary.get("compare_id") is not None and s.get("compare_id") == summary["compare_id"]
+        same_repeat = _repeat(s) == _repeat(summary)
         there = _created_seconds(s)
         gap = abs(there - here) if here is not None and there is not None else math.inf
-        return (not same_compare, gap, str(s["run_id"]))
+        return (not same_compare, not same_repeat, gap, str(s["run_id"]))
 
     return min(candidates, key=rank)
 
 
+def _repeat(summary: dict[str, Any]) -> Any:
+    return summary.get("manifest", {}).get("repeat")
+
+
+def _tok_s_ratio(mine: dict[str, Any] | None, theirs: dict[str, Any] | None) -> float | None:
+    if mine is None or theirs is None or mine["aggregate_tok_s"] is None or not theirs["aggregate_tok_s"]:
+        return None
+    return mine["aggregate_tok_s"] / theirs["aggregate_tok_s"]
+
+
+def _paired(summary: dict[str, Any], base: dict[str, Any] | None) -> list[tuple[dict[str, Any], Any]]:
+    """(run, its baseline) pairs behind one speedup: each repeat with vanilla's same repeat where both are
+    repeats combined (`analysis.repeats`), so each ratio is of two runs measured side by side; else the pair."""
+    if base is not None and summary.get("repeats") and base.get("repeats"):
+        theirs = {_repeat(b): b for b in base["repeats"]}
+        pairs = [(m, theirs[_repeat(m)]) for m in summary["repeats"] if _repeat(m) in theirs]
+        if pairs:
+            return pairs
+    return [(summary, base)]
+
+
 def speedups(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """For each summary (same order): its vanilla baseline's run_id and the aggregate tok/s ratio, overall and
-    per category. `baseline` and the ratios are None when no matching vanilla run (or no throughput) exists."""
+    per category. `baseline` and the ratios are None when no matching vanilla run (or no throughput) exists.
+
+    For combined repeats the ratio is the mean over repeats of each repeat's ratio to vanilla's same repeat, and
+    `speedup_ci95` / `per_category_ci95` hold the half-width of its 95% t interval (None for a single run)."""
     out = []
     for summary in summaries:
         base = _baseline_for(summary, summaries)
-
-        def ratio(mine: dict[str, Any], theirs: dict[str, Any] | None) -> float | None:
-            if theirs is None or mine["aggregate_tok_s"] is None or not theirs["aggregate_tok_s"]:
-                return None
-            return mine["aggregate_tok_s"] / theirs["aggregate_tok_s"]
-
+        pairs = _paired(summary, base)
+        overall = mean_ci(_tok_s_ratio(m, b) for m, b in pairs)
+        per_category = {c: mean_ci(_tok_s_ratio(m["per_category"].get(c), b and b["per_category"].get(c))
+                                   for m, b in pairs) for c in summary["per_category"]}
         out.append({
             "run_id": summary["run_id"],
             "baseline": base["run_id"] if base else None,
-            "speedup": ratio(summary, base),
-            "per_category": {c: ratio(cat, base["per_category"].get(c) if base else None)
-                             for c, cat in summary["per_category"].items()},
+            "speedup": overall[0],
+            "speedup_ci95": overall[1],
+            "per_category": {c: v[0] for c, v in per_category.items()},
+            "per_category_ci95": {c: v[1] for c, v in per_category.items()},
         })
     return out
 

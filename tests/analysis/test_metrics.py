@@ -181,7 +181,8 @@ def test_speedups_prefer_same_compare_id_then_closest_in_time():
     assert (result["ng-solo"]["baseline"], result["ng-solo"]["speedup"]) == ("van-other", pytest.approx(2.0))
     assert (result["ng-c8"]["baseline"], result["ng-c8"]["speedup"]) == ("van-c8", pytest.approx(1.5))
     assert (result["van-same"]["baseline"], result["van-same"]["speedup"]) == ("van-same", 1.0)
-    assert result["ng-vllm"] == {"run_id": "ng-vllm", "baseline": None, "speedup": None, "per_category": {}}
+    assert result["ng-vllm"] == {"run_id": "ng-vllm", "baseline": None, "speedup": None, "speedup_ci95": None,
+                                 "per_category": {}, "per_category_ci95": {}}
     assert result["ng-bf16"]["baseline"] is None
     # another token budget or another slice of the dataset is not a baseline
     assert result["ng-512"]["baseline"] is None and result["ng-chat"]["baseline"] is None
@@ -204,3 +205,89 @@ def test_step_times_average_the_steps_that_record_them(synth):
     got = step_times([synth.record("a", timed), synth.record("b", [{**timed[0]}])])
     assert got == {"draft_ms_mean": pytest.approx(8 / 3), "verify_ms_mean": pytest.approx(160 / 3)}
     assert step_times([synth.record("c", [synth.step(1, 4)])]) == {"draft_ms_mean": None, "verify_ms_mean": None}
+
+
+def test_server_baselines_match_on_hardware_version_and_tp_never_on_the_url():
+    """A vLLM run's vanilla must come from the same engine version, GPUs and tensor parallel size; a server whose
+    hardware is unknown only pairs with vanilla measured in the same comparison."""
+    vllm = dict(engine="vllm", engine_version="0.33.0", device="4x NVIDIA B300", tensor_parallel_size=4)
+    summaries = [
+        _summary("van-h100", "vanilla", 10.0, **{**vllm, "device": "4x NVIDIA H100 80GB HBM3"}),
+        _summary("van-tp1", "vanilla", 20.0, **{**vllm, "tensor_parallel_size": 1}),
+        _summary("van-old", "vanilla", 30.0, **{**vllm, "engine_version": "0.32.0"}),
+        _summary("van-b300", "vanilla", 40.0, **vllm),
+        _summary("ng-b300", "ngram", 80.0, **vllm),
+        _summary("van-unknown", "vanilla", 50.0, **{**vllm, "device": "unknown"}, compare_id="other"),
+        _summary("van-unknown-c", "vanilla", 25.0, **{**vllm, "device": "unknown"}, compare_id="c"),
+        _summary("ng-unknown", "ngram", 100.0, **{**vllm, "device": "unknown"}, compare_id="c"),
+        _summary("ng-unknown-solo", "ngram", 100.0, **{**vllm, "device": "unknown"}),
+    ]
+    result = {s["run_id"]: s for s in metrics.speedups(summaries)}
+    assert (result["ng-b300"]["baseline"], result["ng-b300"]["speedup"]) == ("van-b300", pytest.approx(2.0))
+    assert (result["ng-unknown"]["baseline"], result["ng-unknown"]["speedup"]) == ("van-unknown-c",
+                                                                                  pytest.approx(4.0))
+    assert result["ng-unknown-solo"]["baseline"] is None
+
+
+# -- latency distributions, goodput, confidence intervals -----------------------------------------------------------
+
+def _timed(synth, qid, n_out, ttft, latency, itl=None, **kw):
+    rec = synth.record(qid, [], n_out=n_out, ttft=ttft, latency=latency, **kw)
+    return {**rec, "itl_s": itl} if itl is not None else rec
+
+
+def test_latency_percentiles_as_vllm_bench_serve_computes_them(synth):
+    """Eleven requests with TTFT 0, 0.1, ..., 1.0 s: numpy's linear percentiles give p50 0.5, p90 0.9, p99 0.99.
+    TPOT = (latency - TTFT) / (tokens - 1); ITL pools every request's gaps."""
+    records = [_timed(synth, f"q{i}", 11, ttft=i / 10, latency=i / 10 + 1.0, t_start=float(i)) for i in range(11)]
+    tp = metrics.throughput(records)
+    assert (tp["ttft_mean_s"], tp["ttft_p50_s"], tp["ttft_p90_s"], tp["ttft_p99_s"]) == \
+        pytest.approx((0.5, 0.5, 0.9, 0.99))
+    assert (tp["tpot_mean_s"], tp["tpot_p99_s"]) == pytest.approx((0.1, 0.1))
+    assert tp["itl_mean_s"] is None and tp["itl_p99_s"] is None           # no record kept its gaps
+    gaps = [_timed(synth, "a", 4, 0.1, 0.7, itl=[0.1, 0.2, 0.3]), _timed(synth, "b", 2, 0.1, 1.1, itl=[1.0])]
+    tp = metrics.throughput(gaps)
+    assert (tp["itl_mean_s"], tp["itl_p50_s"], tp["itl_p90_s"], tp["itl_p99_s"]) == \
+        pytest.approx((0.4, 0.25, 0.79, 0.979))
+    assert tp["tpot_p50_s"] == pytest.approx(0.6)                        # TPOTs 0.2 and 1.0
+
+
+def test_goodput_counts_requests_meeting_every_objective_per_second(synth):
+    """Four ok requests busy for 1.3 s in all (the union of their intervals): (TTFT, TPOT) = (0.1, 0.01),
+    (0.6, 0.01), (0.1, 0.03), and one output token (TPOT 0, as vllm bench serve counts it) with TTFT 0.2.
+    ttft <= 500 ms and tpot <= 20 ms: 2 good."""
+    records = [_timed(synth, "a", 11, 0.1, 0.2), _timed(synth, "b", 11, 0.6, 0.7, t_start=0.5),
+               _timed(synth, "c", 11, 0.1, 0.4, t_start=1.0), _timed(synth, "d", 1, 0.2, 0.2, t_start=1.8),
+               _timed(synth, "f", 1, 0.0, 0.1, t_start=1.9, status="failed")]
+    slo = metrics.parse_slo(["ttft_ms:500", "tpot_ms:20"])
+    assert slo == {"ttft": 500.0, "tpot": 20.0}
+    assert metrics.goodput(records, slo) == pytest.approx(2 / 1.3)
+    assert metrics.goodput(records, {"ttft": 500.0}) == pytest.approx(3 / 1.3)
+    assert metrics.goodput(records, {"e2el": 250.0}) == pytest.approx(2 / 1.3)   # latencies 0.2 and 0.2
+    assert metrics.goodput(records, {}) is None
+    assert metrics.summarize_records(records, slo)["goodput_req_s"] == pytest.approx(2 / 1.3)
+    assert metrics.summarize_records(records)["goodput_req_s"] is None
+
+
+@pytest.mark.parametrize("items, said", [
+    (["ttft_ms"], "'ttft_ms': expected KEY:MILLISECONDS"),
+    (["latency_ms:5"], "'latency_ms:5': expected KEY:MILLISECONDS with KEY one of ttft_ms, tpot_ms, e2el_ms"),
+    (["tpot_ms:fast"], "'tpot_ms:fast'"),
+    (["tpot_ms:-1"], "'tpot_ms:-1'"),
+])
+def test_bad_objectives_are_one_line(items, said):
+    with pytest.raises(SpecbenchError, match="--goodput " + said):
+        metrics.parse_slo(items)
+
+
+def test_objectives_in_one_string_or_vllm_spelling():
+    assert metrics.parse_slo(["ttft:300, e2el_ms:2000"]) == {"ttft": 300.0, "e2el": 2000.0}
+
+
+def test_mean_ci_is_the_student_t_interval():
+    """[1, 2, 3, 4]: mean 2.5, standard error sqrt(5/3)/2, t(0.975, 3) = 3.182446 -> half-width 2.054275."""
+    mean, half = metrics.mean_ci([1.0, 2.0, 3.0, 4.0])
+    assert mean == pytest.approx(2.5) and half == pytest.approx(3.182446 * (5 / 3) ** 0.5 / 2, rel=1e-6)
+    assert metrics.mean_ci([2.0, None, 4.0])[0] == pytest.approx(3.0)
+    assert metrics.mean_ci([5.0, 5.0, 5.0]) == (5.0, 0.0)
+    assert metrics.mean_ci([7.0]) == (7.0, None) and metrics.mean_ci([None]) == (None, None)
