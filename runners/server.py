@@ -11,8 +11,19 @@ response format and the counters.
   it when the variant closes. Variants run one after another (`in_process` is False), each as a single
   block of all its requests, so C requests stay in flight continuously and one machine holds one server at
   a time.
+- Cache and warm-up. Before a variant's first block the runner empties the server's prefix cache
+  (`flush_cache`, which the vLLM and SGLang runners override; here it does nothing and the manifest says
+  `cache_flushed: false`), so no variant starts on another's cached prompts. It then sends `warmup` requests
+  of the variant's own prompts (default 2 * C, `--option warmup=N`, 0 = none) at concurrency C, records
+  none of them, and flushes again so the warm-up does not prime the measured prompts
+  (`runners/server_traffic.py` says how this follows `vllm bench serve`). The manifest's `warmup` and the
+  progress output say what was sent.
 - Streaming. Requests go out at concurrency C from one asyncio loop (httpx), each timed on the client:
-  t_start when sent, TTFT at the first chunk carrying output, latency at the last such chunk.
+  t_start when sent, TTFT at the first chunk carrying output, latency at the last such chunk, and `itl_s`
+  the gaps between consecutive chunks carrying output (vllm bench serve's ITL: a chunk that carries several
+  tokens, as a speculative step's does, is one gap). With `--request-rate R` requests arrive on a seeded
+  gamma schedule (`server_traffic.arrival_offsets`) and wait for one of the C slots; without it all arrive
+  at once.
 - Failures. A server that is busy or not reachable for a moment (HTTP 429/502/503/504, a connection lost before
   any output) is asked again, `retries` times at most, after an exponential backoff with jitter
   (`runners/server_faults.py`); the record counts its `retries` and the manifest their sum
@@ -31,7 +42,7 @@ response format and the counters.
 Engine-specific options ride on `--option KEY=VALUE` (recorded in the manifest with the settings):
 `drafter=PATH` (draft checkpoint), `tp=N` (tensor parallel size), `port=N`, `max_model_len=N`,
 `server_args="..."` (extra launch arguments), `server_python=PATH` (interpreter that has the engine),
-`startup_timeout=S`, `request_extra={...}` (JSON merged into each request body), the fault options
+`startup_timeout=S`, `request_extra={...}` (JSON merged into each request body), `warmup=N`, the fault options
 `retries=N` (3), `retry_backoff=S` (1), `stall_timeout=S` (60) and `request_timeout=S` (600), plus method
 options (`max_n`, `min_n`, `matches`, `top_k`, `depth`). The options that do not change what a run measures
 (`OPERATIONAL_OPTIONS`: where the server listens, its Python, the timeouts and retries) may change on `--resume`.
@@ -62,12 +73,13 @@ from specbench.runners.server_faults import (
     FAULT_OPTIONS, RETRY_STATUSES, EngineHTTPError, FaultPolicy, RetryableError, retry_after_s,
 )
 from specbench.runners.server_metrics import add_counters, counters_summary
+from specbench.runners.server_traffic import WARMUP_OPTION, arrival_offsets, warmup_requests
 from specbench.settings import Job, MethodSpec, Settings
 
 # Every --option the server runners read: their own, then the method options they map to server flags.
 # Anything else is an error (`ServerRunner.check_options`), never an option a server silently ignored.
 SERVER_OPTIONS = ("drafter", "tp", "port", "max_model_len", "server_args", "server_python", "startup_timeout",
-                  "host", "request_extra", *FAULT_OPTIONS, "max_n", "min_n", "matches", "top_k", "depth")
+                  "host", "request_extra", WARMUP_OPTION, *FAULT_OPTIONS, "max_n", "min_n", "matches", "top_k", "depth")
 OPERATIONAL_OPTIONS = frozenset({"port", "host", "server_python", "startup_timeout", *FAULT_OPTIONS})
 
 
@@ -107,11 +119,19 @@ class Stream:
     finish_reason: str | None = None
     usage: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    itl: list[float] = field(default_factory=list)      # seconds between consecutive chunks carrying output
 
     def got_output(self, t: float) -> None:
+        """A chunk carrying output arrived at time t."""
         if not self.t_first:
             self.t_first = t
+        else:
+            self.itl.append(t - self.t_last)
         self.t_last = t
+
+    def itl_s(self) -> list[float]:
+        """The record's `itl_s`: the inter-chunk gaps to the microsecond (a record stays short)."""
+        return [round(gap, 6) for gap in self.itl]
 
 
 def failed_record(req: ServerRequest, settings: Settings, error: str, t_start: float, t_end: float | None = None,
@@ -223,6 +243,8 @@ class Session:
     blocks: int = 0
     faults: FaultPolicy = field(default_factory=FaultPolicy)
     retries: int = 0                       # retries of this process's requests, added to the manifest at close
+    warmup: dict[str, Any] | None = None   # what the warm-up sent, once it ran (the manifest's `warmup`)
+    cache_flushed: bool = False            # whether the runner emptied the server's prefix cache
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -287,8 +309,10 @@ class ServerRunner:
                 raise SpecbenchError(f"{flag}: the {cls.engine} runner takes no option {key!r} "
                                      f"(it takes {', '.join(SERVER_OPTIONS)})")
         FaultPolicy.from_options(shared)
+        warmup_requests(shared, 1)
         for m, own in methods:
             FaultPolicy.from_options(own, f"--methods {m}:")
+            warmup_requests(own, 1, f"--methods {m}:")
 
     @classmethod
     def from_job(cls, job: Job) -> "ServerRunner":
@@ -344,6 +368,9 @@ class ServerRunner:
         meta = read_manifest(run_dir)
         if session.blocks or session.retries:
             meta["request_retries"] = int(meta.get("request_retries") or 0) + session.retries
+        if session.warmup is not None:
+            meta["warmup"] = session.warmup
+            meta["cache_flushed"] = session.cache_flushed
         if counted:
             old = meta.get("engine_counters", {}).get("counters")
             total = (add_counters(old, session.counters) if old and session.counters
@@ -379,6 +406,16 @@ class ServerRunner:
 
     def prepare_requests(self, requests: list[ServerRequest]) -> None:
         """Per block, before sending (e.g. tokenize prompts)."""
+
+    def flush_cache(self, base: str) -> None:
+        """Empty the server's prefix cache, between variants and after a warm-up. Subclasses whose server can
+        do it override this (raising a one-line SpecbenchError when the server refuses); this default does
+        nothing, and the manifest then says `cache_flushed: false`."""
+
+    @property
+    def flushes_cache(self) -> bool:
+        """Whether this runner's `flush_cache` empties the server's cache (its class overrides the default)."""
+        return type(self).flush_cache is not ServerRunner.flush_cache
 
     async def before_block(self, client: Any, base: str, session: Session) -> Any:
         return None
@@ -506,27 +543,62 @@ class ServerRunner:
 
     # -- one block of requests -------------------------------------------------------------------------
     async def _drive(self, base: str, session: Session, requests: list[ServerRequest], on_record: OnRecord) -> None:
-        faults = session.faults
+        """One block: the variant's flush and warm-up before its first, then every request at concurrency C
+        (arriving on the --request-rate schedule when there is one), each record handed over as it ends."""
+        settings, faults = session.settings, session.faults
         # no read timeout of httpx's own: sse_events bounds each wait by stall_timeout, _attempts the whole
         # attempt by request_timeout
         timeout = self.httpx.Timeout(None, connect=10.0, write=faults.stall_timeout)
-        limits = self.httpx.Limits(max_connections=session.settings.concurrency + 2,
-                                   max_keepalive_connections=session.settings.concurrency + 2)
-        sem = asyncio.Semaphore(session.settings.concurrency)
+        limits = self.httpx.Limits(max_connections=settings.concurrency + 2,
+                                   max_keepalive_connections=settings.concurrency + 2)
+        sem = asyncio.Semaphore(settings.concurrency)
         gone: list[str] = []        # why the server is gone, once it is: the block's other requests fail at once
         async with self.httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+            if session.warmup is None:
+                await self._warm_up(client, base, session, requests, sem)
+            # after the warm-up, so the engine's counters around the block count measured requests only
             state = await self.before_block(client, base, session)
+            offsets = arrival_offsets(len(requests), settings.request_rate, settings.burstiness, settings.seed)
+            t0 = time.monotonic()
 
-            async def guarded(req: ServerRequest) -> dict[str, Any]:
+            async def guarded(req: ServerRequest, offset: float) -> dict[str, Any]:
+                await asyncio.sleep(t0 + offset - time.monotonic())       # arrival; a slot may take longer
                 async with sem:
-                    return await self._attempts(client, base, session, req, gone)
+                    rec = await self._attempts(client, base, session, req, gone)
+                session.retries += rec["retries"]
+                return rec
 
             records = []
-            for fut in asyncio.as_completed([guarded(r) for r in requests]):
+            for fut in asyncio.as_completed([guarded(r, o) for r, o in zip(requests, offsets)]):
                 rec = await fut
                 records.append(rec)
                 on_record(rec)
             await self.after_block(client, base, session, state, records)
+
+    async def _warm_up(self, client: Any, base: str, session: Session, requests: list[ServerRequest],
+                       sem: asyncio.Semaphore) -> None:
+        """Flush the server's cache, send the variant's warm-up requests (its own prompts, cycling) at
+        concurrency C without recording them, and flush again; note it in `session.warmup` and the progress
+        output."""
+        s = session.settings
+        n = warmup_requests(self._options(s), s.concurrency)
+        self.flush_cache(base)
+        gone: list[str] = []
+
+        async def one(req: ServerRequest) -> dict[str, Any]:
+            async with sem:
+                return await self._attempts(client, base, session, req, gone)
+
+        sent = await asyncio.gather(*(one(requests[i % len(requests)]) for i in range(n))) if requests else []
+        if sent:
+            self.flush_cache(base)
+        session.cache_flushed = self.flushes_cache
+        failed = sum(r["status"] != "ok" for r in sent)
+        session.warmup = {"requests": len(sent), "failed": failed, "flushed_after": bool(sent) and self.flushes_cache}
+        cache = ("server cache flushed before" + (" and after" if sent else "") if self.flushes_cache
+                 else f"server cache not flushed (the {self.engine} runner cannot)")
+        print(f"{s.method} L={s.budget} C={s.concurrency}: warm-up {len(sent)} requests, not recorded"
+              + (f" ({failed} failed)" if failed else "") + f"; {cache}", file=sys.stderr)
 
     async def _attempts(self, client: Any, base: str, session: Session, req: ServerRequest,
                         gone: list[str]) -> dict[str, Any]:
@@ -563,7 +635,6 @@ class ServerRunner:
                 rec = failed_record(req, settings, describe_error(err), t0)
                 break
         rec["retries"] = retries
-        session.retries += retries
         return rec
 
     def _exited(self) -> str | None:

@@ -244,7 +244,7 @@ class SglangRunner(ServerRunner):
             "output_text": self._tokenizer.decode(ids, skip_special_tokens=True) if self._tokenizer else "",
             "steps": parsed["steps"], "mean_entropy": None,
             "t_start": st.t_start, "t_end": st.t_end, "ttft_s": t_first - st.t_start,
-            "latency_s": (st.t_last or st.t_end) - st.t_start,
+            "latency_s": (st.t_last or st.t_end) - st.t_start, "itl_s": st.itl_s(),
             "steps_source": parsed["steps_source"],
             "finish_reason": finish.get("type") if isinstance(finish, dict) else finish,
             "engine_spec": spec, "spec_counters": parsed["counters"],

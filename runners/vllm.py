@@ -240,7 +240,7 @@ class VllmRunner(ServerRunner):
             "prompt_token_ids": st.prompt_ids or [], "output_token_ids": output, "output_text": text,
             "steps": steps, "mean_entropy": ours.get("mean_entropy"),
             "t_start": st.t_start, "t_end": st.t_end, "ttft_s": t_first - st.t_start,
-            "latency_s": (st.t_last or st.t_end) - st.t_start,
+            "latency_s": (st.t_last or st.t_end) - st.t_start, "itl_s": st.itl_s(),
             "steps_source": source, "finish_reason": st.finish_reason, "usage": st.usage,
         }
         if spec:

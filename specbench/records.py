@@ -26,6 +26,7 @@ A run directory holds `manifest.json` and `records.jsonl`. Each line of `records
     t_start, t_end    float   wall-clock seconds (time.time()) when the request was admitted / finished
     ttft_s            float   admission to first output token (prefill included)
     latency_s         float   admission to last output token
+    itl_s             [float] optional (server engines): seconds between consecutive stream chunks carrying output
 
 Aggregate throughput is computed from the union of [t_start, t_end] intervals, which stays right for
 interleaved comparisons and resumed runs.

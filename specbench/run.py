@@ -5,6 +5,11 @@ analysis treats a comparison as a set of ordinary runs. Every run directory is c
 `specbench.rundir`) before the engine loads, so a second run on the same directory, or a directory that cannot
 be written, is refused at once. Records are appended as requests finish, so Ctrl-C loses only requests still
 in flight, and `resume` continues where the records stop.
+
+`compare --repeats N` runs each variant N times, each repeat in a run directory of its own (`NAME-rK`; the
+manifest's `repeat` and `repeats`), interleaved: the first repeat of every variant, then the second, ... A resumed
+comparison resumes each repeat as an ordinary run, and analysis groups repeats by their manifests
+(`specbench.analysis.repeats`).
 """
 
 from __future__ import annotations
@@ -50,7 +55,8 @@ def new_run_id(settings: Settings) -> str:
 
 
 def manifest(run_id: str, job: Job, settings: Settings, runner: Runner, method_config: dict[str, Any],
-             n_requests: int, compare_id: str | None) -> dict[str, Any]:
+             n_requests: int, compare_id: str | None, repeat: tuple[int, int] | None = None) -> dict[str, Any]:
+    """The run's manifest as it starts; `repeat` (k, N) marks the k-th of N repeats of one variant."""
     return {
         "run_id": run_id,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -65,6 +71,7 @@ def manifest(run_id: str, job: Job, settings: Settings, runner: Runner, method_c
         "method_config": method_config,
         "versions": versions(),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count() or 1},
+        **({"repeat": repeat[0], "repeats": repeat[1]} if repeat else {}),
     }
 
 
@@ -86,10 +93,11 @@ class Variant:
 
 
 def execute(runner: Runner, job: Job, variants_settings: list[Settings], run_dirs: list[RunDir],
-            compare_id: str | None, chunk: int | None) -> list[Path]:
+            compare_id: str | None, chunk: int | None, repeats: list[tuple[int, int]] | None = None) -> list[Path]:
     """Run every variant on the same rows, interleaving them chunk by chunk (rotating their order); chunk None
-    (or a server engine): each variant takes every row in one block, so C requests stay in flight until the
-    queue runs dry. The run directories are claimed already (`specbench.rundir.claimed`)."""
+    (or a server engine): each variant takes every row in one block, in the order given, so C requests stay in
+    flight until the queue runs dry. `repeats`: each variant's (k, N) when it is a repeat. The run directories are
+    claimed already (`specbench.rundir.claimed`)."""
     seed = variants_settings[0].seed
     rows = job.rows(seed)
     if not rows:
@@ -99,9 +107,10 @@ def execute(runner: Runner, job: Job, variants_settings: list[Settings], run_dir
     ids = [r.id for r in requests]
     variants: list[Variant] = []
     try:
-        for settings, run_dir in zip(variants_settings, run_dirs):
+        for i, (settings, run_dir) in enumerate(zip(variants_settings, run_dirs)):
             prepared = runner.prepare(settings, requests, run_dir.path)
-            meta = manifest(run_dir.path.name, job, settings, runner, prepared.method_config, len(ids), compare_id)
+            meta = manifest(run_dir.path.name, job, settings, runner, prepared.method_config, len(ids), compare_id,
+                            repeats[i] if repeats else None)
             run_dir.open(meta, ids, runner.operational_options)
             load = LoadMeter.resumed(run_dir.meta.get("machine_load")) if runner.in_process else None
             variants.append(Variant(settings, run_dir, prepared, load=load))
@@ -173,12 +182,21 @@ def _run_block(runner: Runner, v: Variant, todo: list, bar: Progress, task: Any)
     v.busy_s += time.time() - t0
 
 
+def check_arrivals(cls: type[Runner], settings: Settings) -> None:
+    """Refuse --request-rate where the engine admits requests itself (the reference engine's scheduler keeps C
+    sequences in flight); server engines send each request at its arrival time."""
+    if settings.request_rate is not None and cls.in_process:
+        raise SpecbenchError(f"--request-rate is for server engines (--engine vllm or sglang): the {cls.engine} "
+                             "engine keeps --concurrency sequences in flight from the start")
+
+
 def run_one(job: Job, settings: Settings, out: Path | None, resume: bool) -> Path:
     if resume and out is None:
         raise SpecbenchError("--resume needs --out RUN_DIR (the run to continue)")
     path = out or Path("runs") / new_run_id(settings)
     cls = runner_class(job.engine)
     cls.check_options([(settings.method, {})], settings.options)
+    check_arrivals(cls, settings)
     with claimed([path], resume) as dirs:
         return execute(cls.from_job(job), job, [settings], dirs, None, chunk=None)[0]
 
@@ -189,8 +207,10 @@ def _dir_label(settings: Settings) -> str:
 
 
 def run_compare(job: Job, base: Settings, methods: list[MethodSpec], budgets: list[int],
-                concurrencies: list[int], out: Path | None, resume: bool, chunk: int | None) -> list[Path]:
-    """All methods x budgets (vanilla once) at each concurrency, interleaved on the same requests.
+                concurrencies: list[int], out: Path | None, resume: bool, chunk: int | None,
+                repeats: int = 1) -> list[Path]:
+    """All methods x budgets (vanilla once) at each concurrency, interleaved on the same requests, each `repeats`
+    times (repeat k of every variant before repeat k + 1).
 
     methods: (name, the options of this entry alone); one name may appear with several option sets."""
     if ("vanilla", {}) not in methods:
@@ -201,17 +221,22 @@ def run_compare(job: Job, base: Settings, methods: list[MethodSpec], budgets: li
     compare_id = root.name
     cls = runner_class(job.engine)
     cls.check_options(methods, base.options)
+    check_arrivals(cls, base)
     if chunk and not cls.in_process:
         raise SpecbenchError(f"--chunk is for the reference engine: {job.engine} keeps C requests in flight "
                              "throughout, one server at a time")
     by_c = {c: [replace(base, method=m, budget=L, concurrency=c, options={**base.options, **own}, variant=own)
                 for m, own in methods for L in ([1] if m == "vanilla" else budgets)] for c in concurrencies}
-    paths = [root / f"{_dir_label(s)}-L{s.budget}-C{c}" for c in concurrencies for s in by_c[c]]
+    ks = range(1, repeats + 1)
+    paths = [root / f"{_dir_label(s)}-L{s.budget}-C{c}{f'-r{k}' if repeats > 1 else ''}" for c in concurrencies
+             for k in ks for s in by_c[c]]
     # A resumed comparison may not have reached some variants yet: those start fresh.
     with claimed(paths, resume, missing_ok=True) as all_dirs:
         runner = cls.from_job(job)
         done: list[Path] = []
         for c in concurrencies:
-            dirs = all_dirs[len(done): len(done) + len(by_c[c])]
-            done += execute(runner, job, by_c[c], dirs, compare_id, chunk or (1 if c == 1 else 4 * c))
+            dirs = all_dirs[len(done): len(done) + repeats * len(by_c[c])]
+            marks = [(k, repeats) for k in ks for _ in by_c[c]] if repeats > 1 else None
+            done += execute(runner, job, [s for _ in ks for s in by_c[c]], dirs, compare_id,
+                            chunk or (1 if c == 1 else 4 * c), marks)
     return done

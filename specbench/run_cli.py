@@ -21,6 +21,14 @@ ENGINE_HELP = ("reference (the bundled engine, in this process), vllm or sglang 
 PREFIX_HELP = ("Reference engine: reuse the KV of the longest prefix a prompt shares with one of the last 8 "
                "(the system prompt), as vLLM and SGLang do; --no-prefix-cache prefills every prompt whole.")
 ENDPOINT_HELP = "URL of a running vLLM / SGLang / `specbench serve` server (with --engine vllm or sglang)."
+MAX_NEW_TOKENS_HELP = ("Output tokens per request at most (default 128 on the reference engine, as its demo "
+                       "measured; 256 on vllm/sglang, enough for the prompt enhancer's 120-160-word answers).")
+RATE_HELP = ("Server engines: requests/s arriving as a seeded Poisson process (gamma with --burstiness), as "
+             "`vllm bench serve --request-rate`; --concurrency still caps those in flight. inf: all at once.")
+BURSTINESS_HELP = ("Shape of the gamma-distributed gaps between --request-rate arrivals: 1 Poisson, < 1 burstier, "
+                   "> 1 more regular (vllm bench serve --burstiness).")
+REPEATS_HELP = ("Run every variant N times, interleaved (repeat 1 of each, then repeat 2, ...), each in its own "
+                "run dir NAME-rK; the report shows each figure's mean and 95% confidence interval.")
 ALLOW_FAILURES_HELP = ("Exit 0 even when requests failed (a server engine's refused, dropped or timed-out requests); "
                        "without it such a run exits 1 after writing its records and report.")
 
@@ -60,6 +68,20 @@ def parse_ints(flag: str, text: str) -> list[int]:
     return values
 
 
+def arrivals(request_rate: float, burstiness: float) -> tuple[float | None, float | None]:
+    """Settings' (request_rate, burstiness) from the flags: (None, None) for an infinite rate (every request at
+    once, as before); a rate or burstiness that is not a positive finite number is a SpecbenchError."""
+    if not request_rate > 0:
+        raise SpecbenchError(f"--request-rate {request_rate:g}: must be above 0 (requests/s; inf sends all at once)")
+    if not 0 < burstiness < float("inf"):
+        raise SpecbenchError(f"--burstiness {burstiness:g}: must be a positive finite number (1 = Poisson)")
+    if request_rate == float("inf"):
+        if burstiness != 1.0:
+            raise SpecbenchError("--burstiness shapes the gaps between --request-rate arrivals: give --request-rate")
+        return None, None
+    return request_rate, burstiness
+
+
 def _finish(paths: list[Path], report_dir: Path | None) -> None:
     from specbench.analysis.metrics import summarize_run
     from specbench.report_cli import print_unsquashed, summary_table
@@ -82,7 +104,7 @@ def register(app: typer.Typer) -> None:
         category: list[str] = typer.Option([], help="Only rows of this category (repeatable)."),
         limit: Optional[int] = typer.Option(None, min=1, help="At most this many rows (after the seeded shuffle)."),
         concurrency: int = typer.Option(1, min=1, help="Sequences in flight (continuous batching)."),
-        max_new_tokens: int = typer.Option(128, min=1, help="Output tokens per request at most."),
+        max_new_tokens: Optional[int] = typer.Option(None, min=1, help=MAX_NEW_TOKENS_HELP),
         temperature: float = typer.Option(0.0, min=0.0, help="0 = greedy; > 0 samples (lossless verification)."),
         top_p: float = typer.Option(1.0, min=0.0, max=1.0, help="Nucleus sampling mass (with --temperature)."),
         top_k: int = typer.Option(0, min=0, help="Top-k sampling (0 = off)."),
@@ -98,17 +120,20 @@ def register(app: typer.Typer) -> None:
         resume: bool = typer.Option(False, help="Continue the run in --out: keep its records, run the rest."),
         report: bool = typer.Option(True, help="Render RUN_DIR/report/ (leaderboard.md, index.html) at the end."),
         allow_failures: bool = typer.Option(False, "--allow-failures", help=ALLOW_FAILURES_HELP),
+        request_rate: float = typer.Option(float("inf"), help=RATE_HELP),
+        burstiness: float = typer.Option(1.0, help=BURSTINESS_HELP),
     ) -> None:
         """Run one method over a dataset and write RUN_DIR/manifest.json and RUN_DIR/records.jsonl.
 
         Example: specbench run --method ngram --budget 8 --dataset fireworks --category code --limit 10
         """
         from specbench.run import run_one
-        from specbench.settings import Job, Settings
+        from specbench.settings import Job, Settings, default_max_new_tokens
 
         job = Job(dataset, list(category), limit, target, dtype, threads, engine, endpoint, prefix_cache)
-        settings = Settings(method, budget, concurrency, max_new_tokens, temperature, top_p, top_k, seed,
-                            parse_options(option))
+        settings = Settings(method, budget, concurrency, max_new_tokens or default_max_new_tokens(engine),
+                            temperature, top_p, top_k, seed, parse_options(option),
+                            *arrivals(request_rate, burstiness))
         path = run_one(job, settings, out, resume)
         _finish([path], path / "report" if report else None)
         console.print(f"run: {path}")
@@ -124,7 +149,7 @@ def register(app: typer.Typer) -> None:
         dataset: str = typer.Option("prompt-enhancement", help=DATASET_HELP),
         category: list[str] = typer.Option([], help="Only rows of this category (repeatable)."),
         limit: Optional[int] = typer.Option(None, min=1, help="At most this many rows (after the seeded shuffle)."),
-        max_new_tokens: int = typer.Option(128, min=1, help="Output tokens per request at most."),
+        max_new_tokens: Optional[int] = typer.Option(None, min=1, help=MAX_NEW_TOKENS_HELP),
         temperature: float = typer.Option(0.0, min=0.0, help="0 = greedy; > 0 samples (lossless verification)."),
         top_p: float = typer.Option(1.0, min=0.0, max=1.0, help="Nucleus sampling mass (with --temperature)."),
         top_k: int = typer.Option(0, min=0, help="Top-k sampling (0 = off)."),
@@ -141,18 +166,22 @@ def register(app: typer.Typer) -> None:
         resume: bool = typer.Option(False, help="Continue the comparison in --out."),
         report: Optional[Path] = typer.Option(None, help="Report folder (default OUT/report)."),
         allow_failures: bool = typer.Option(False, "--allow-failures", help=ALLOW_FAILURES_HELP),
+        request_rate: float = typer.Option(float("inf"), help=RATE_HELP),
+        burstiness: float = typer.Option(1.0, help=BURSTINESS_HELP),
+        repeats: int = typer.Option(1, min=1, help=REPEATS_HELP),
     ) -> None:
         """Run several methods interleaved on the same requests, so machine drift cancels in the speedups.
 
         Example: specbench compare --methods ngram,eagle4-tree --budget 8,16 --concurrency 1,8 --limit 20
         """
         from specbench.run import run_compare
-        from specbench.settings import Job, Settings
+        from specbench.settings import Job, Settings, default_max_new_tokens
 
         job = Job(dataset, list(category), limit, target, dtype, threads, engine, prefix_cache=prefix_cache)
-        base = Settings("vanilla", 1, 1, max_new_tokens, temperature, top_p, top_k, seed, parse_options(option))
+        base = Settings("vanilla", 1, 1, max_new_tokens or default_max_new_tokens(engine), temperature, top_p,
+                        top_k, seed, parse_options(option), *arrivals(request_rate, burstiness))
         paths = run_compare(job, base, parse_methods(methods), parse_ints("--budget", budget),
-                            parse_ints("--concurrency", concurrency), out, resume, chunk)
+                            parse_ints("--concurrency", concurrency), out, resume, chunk, repeats)
         root = paths[0].parent
         _finish(paths, report or root / "report")
         _print_match_rates(paths)

@@ -24,7 +24,8 @@ from specbench.run_lock import RunLock
 # Settings that must match for `--resume` to append to an existing run. Of `options`, only those that change what
 # a run measures count: a runner's `operational_options` (timeouts, retries, port, ...) may change.
 RESUME_KEYS = ("method", "budget", "concurrency", "max_new_tokens", "temperature", "top_p", "top_k", "seed",
-               "options", "dataset", "categories", "target", "dtype", "engine", "prefix_cache")
+               "options", "dataset", "categories", "target", "dtype", "engine", "prefix_cache", "request_rate",
+               "burstiness")
 
 
 def _now() -> str:

@@ -11,6 +11,17 @@ from specbench.dataset import Row, load_rows
 # A method as `compare --methods` names it: (name, the options given to this entry alone).
 MethodSpec = tuple[str, dict[str, Any]]
 
+# Output tokens per request when --max-new-tokens is not given. Server engines get enough for the prompt enhancer's
+# 120-160-word answers (about 210 tokens with Llama-family tokenizers), so a long answer is measured whole; the
+# reference engine keeps 128, what its bundled demo and every result before this default measured, on a CPU.
+MAX_NEW_TOKENS = {"reference": 128}
+SERVER_MAX_NEW_TOKENS = 256
+
+
+def default_max_new_tokens(engine: str) -> int:
+    """--max-new-tokens when the user gives none: 128 on the reference engine, 256 on a server engine."""
+    return MAX_NEW_TOKENS.get(engine, SERVER_MAX_NEW_TOKENS)
+
 
 @dataclass
 class Settings:
@@ -25,6 +36,10 @@ class Settings:
     top_k: int = 0
     seed: int = 0
     options: dict[str, Any] = field(default_factory=dict)
+    # server engines: requests/s arriving as a gamma process of this shape (1 = Poisson), capped by `concurrency`
+    # in flight; None sends them all at once, so exactly `concurrency` stay in flight (burstiness None then too)
+    request_rate: float | None = None
+    burstiness: float | None = None
     # options given to this method alone (`compare --methods name:key=value`), already in `options`;
     # they name the run apart from the same method without them
     variant: dict[str, Any] = field(default_factory=dict)

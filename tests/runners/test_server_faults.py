@@ -23,7 +23,8 @@ from specbench.runners.server import OPERATIONAL_OPTIONS, SERVER_OPTIONS, free_p
 from specbench.runners.server_faults import FAULT_OPTIONS, FaultPolicy
 
 cli = CliRunner()
-FAST = ["--option", "retry_backoff=0.01", "--option", "stall_timeout=0.5"]
+# no warm-up: each test's plan of server answers is for its measured requests
+FAST = ["--option", "retry_backoff=0.01", "--option", "stall_timeout=0.5", "--option", "warmup=0"]
 
 
 @pytest.fixture
