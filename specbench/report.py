@@ -4,6 +4,10 @@ Both pages lead with the answer: sentences saying which method is fastest where 
 (`analysis.headline`) and the speedup-over-vanilla figure, then the tables and the other plots, long ones
 collapsed. Tables are built once here as rows of formatted strings and the two templates only lay them out, so
 the Markdown and the HTML always show the same numbers.
+
+Repeats of a variant (`compare --repeats N`) become one row (`analysis.repeats`): each figure is their mean with
+the half-width of its 95% confidence interval (`12.3 ± 0.4`), and the plots and headline read the same means;
+the runs table and the commands list every repeat.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from specbench.analysis.engine_counters import TOLERANCE, counter_agreement
 from specbench.analysis.headline import sentences
-from specbench.analysis.metrics import speedups, summarize_run
+from specbench.analysis.metrics import PERCENTILES, SLO_METRICS, speedups, summarize_run
 from specbench.analysis.plots import Plot, all_plots, speedup_by_budget
+from specbench.analysis.repeats import combine_repeats
 from specbench.machine_load import others_share
 
 Summary = dict[str, Any]
@@ -32,9 +37,15 @@ RESULT_COLUMNS = (
     ("engine", False), ("method", False), ("L", True), ("drafts/step", True), ("draft ms", True),
     ("verify ms", True), ("AL", True), ("AL/req", True), ("hit@1", True),
     ("tok/s", True), ("speedup", True), ("tok/s/user", True), ("TTFT ms", True), ("TPOT ms", True),
-    ("n", True), ("run", False),
+    ("goodput req/s", True), ("n", True), ("run", False),
 )
-OPTIONAL_COLUMNS = ("draft ms", "verify ms")
+# Latency in full, one table per dataset: each of TTFT, TPOT and ITL as mean and percentiles.
+LATENCY_COLUMNS = (
+    ("engine", False), ("method", False), ("L", True), ("C", True), ("TTFT ms", True), ("TTFT p50/p90/p99", True),
+    ("TPOT ms", True), ("TPOT p50/p90/p99", True), ("ITL ms", True), ("ITL p50/p90/p99", True), ("n", True),
+    ("run", False),
+)
+OPTIONAL_COLUMNS = ("draft ms", "verify ms", "ITL ms", "ITL p50/p90/p99", "goodput req/s")
 COLUMN_LEGEND = (
     ("L", "budget: tokens the target verifies per sequence per step, root included"),
     ("drafts/step", "drafted tokens the target verified per step, mean (adaptive methods shrink it under load)"),
@@ -49,9 +60,15 @@ COLUMN_LEGEND = (
                 "(the same `specbench compare` when there is one)"),
     ("tok/s/user", "mean over requests of output tokens / latency"),
     ("TTFT ms", "mean time to first token, prefill included"),
-    ("TPOT ms", "mean time per output token after the first"),
-    ("n", "requests measured (failed requests are counted apart and excluded from every number)"),
+    ("TPOT ms", "mean time per output token after the first: (latency - TTFT) / (tokens - 1)"),
+    ("ITL ms", "latency table: mean gap between stream chunks carrying output, every request's gaps pooled "
+               "(vllm bench serve's ITL; server engines)"),
+    ("p50/p90/p99", "latency table: percentiles of TTFT, TPOT (over requests) and ITL (over gaps), ms"),
+    ("n", "requests measured (failed requests are counted apart and excluded from every number); with repeats, "
+          "over all of them"),
 )
+REPEATS_LEGEND = (("± x", "with repeats (`compare --repeats N`): the figure is the mean over repeats and x the "
+                          "half-width of its 95% confidence interval (Student t); percentiles show the means alone"),)
 
 
 @dataclass
@@ -82,28 +99,62 @@ def _command(value: Any) -> str:
     return shlex.join(map(str, value)) if isinstance(value, (list, tuple)) else _describe(value)
 
 
-def _result_row(run: Summary, metrics: Summary, speedup: float | None) -> list[str]:
-    hit1 = metrics["hit_rate_unconditional"][0] if metrics["hit_rate_unconditional"] else None
+def _with_ci(value: float | None, half: float | None, spec: str, scale: float = 1.0, unit: str = "") -> str:
+    """A figure for a table cell, followed by ` ± half-width` where it is a mean over repeats."""
+    if value is None:
+        return DASH
+    return format(value * scale, spec) + unit + ("" if half is None else f" ± {format(half * scale, spec)}")
+
+
+def _figure(metrics: Summary, key: str, spec: str, scale: float = 1.0) -> str:
+    return _with_ci(metrics.get(key), (metrics.get("ci95") or {}).get(key), spec, scale)
+
+
+def _percentiles(metrics: Summary, name: str) -> str:
+    """`p50/p90/p99` of a latency, ms, in one cell (a dash where the run has none)."""
+    values = [metrics.get(f"{name}_p{p}_s") for p in PERCENTILES]
+    return DASH if values[0] is None else "/".join(fmt(v, ".1f", 1000) for v in values)
+
+
+def _n(run: Summary, metrics: Summary) -> str:
     n = str(metrics["n_ok"]) + (f" (+{metrics['n_failed']} failed)" if metrics["n_failed"] else "")
+    return n + (f" in {len(run['repeats'])} repeats" if run.get("repeats") else "")
+
+
+def _result_row(run: Summary, metrics: Summary, speedup: float | None, speedup_ci: float | None) -> list[str]:
     return [
-        str(run["engine"]), str(run["method"]), str(run["budget"]), fmt(metrics.get("drafted_mean"), ".1f"),
-        fmt(metrics.get("draft_ms_mean"), ".1f"), fmt(metrics.get("verify_ms_mean"), ".1f"),
-        fmt(metrics["al_token_weighted"], ".2f"), fmt(metrics["al_per_request_mean"], ".2f"),
-        fmt(hit1, ".1%"), fmt(metrics["aggregate_tok_s"], ".1f"),
-        DASH if speedup is None else f"{speedup:.2f}×",
-        fmt(metrics["per_user_tok_s"], ".1f"), fmt(metrics["ttft_mean_s"], ".1f", 1000),
-        fmt(metrics["tpot_mean_s"], ".1f", 1000), n, str(run["run_id"]),
+        str(run["engine"]), str(run["method"]), str(run["budget"]), _figure(metrics, "drafted_mean", ".1f"),
+        _figure(metrics, "draft_ms_mean", ".1f"), _figure(metrics, "verify_ms_mean", ".1f"),
+        _figure(metrics, "al_token_weighted", ".2f"), _figure(metrics, "al_per_request_mean", ".2f"),
+        _figure(metrics, "hit_at_1", ".1%"), _figure(metrics, "aggregate_tok_s", ".1f"),
+        _with_ci(speedup, speedup_ci, ".2f", unit="×"),
+        _figure(metrics, "per_user_tok_s", ".1f"), _figure(metrics, "ttft_mean_s", ".1f", 1000),
+        _figure(metrics, "tpot_mean_s", ".1f", 1000), _figure(metrics, "goodput_req_s", ".2f"), _n(run, metrics),
+        str(run["run_id"]),
     ]
 
 
-def _results_table(title: str, rows: Iterable[tuple[Summary, Summary, float | None]]) -> Table:
+def _table(title: str, columns: tuple[tuple[str, bool], ...], cells: list[list[str]]) -> Table:
+    """The rows under `columns`, leaving out each optional column no row has a value in (step times where the
+    reference engine recorded them, ITL where a server streamed, goodput where objectives were given)."""
+    keep = [i for i, (c, _) in enumerate(columns) if c not in OPTIONAL_COLUMNS or any(row[i] != DASH for row in cells)]
+    return Table(title, [columns[i][0] for i in keep], [columns[i][1] for i in keep],
+                 [[row[i] for i in keep] for row in cells])
+
+
+def _results_table(title: str, rows: Iterable[tuple[Summary, Summary, float | None, float | None]]) -> Table:
     """Rows sorted fastest first (no throughput last), as a leaderboard reads."""
     ordered = sorted(rows, key=lambda r: (r[1]["aggregate_tok_s"] is None, -(r[1]["aggregate_tok_s"] or 0)))
-    cells = [_result_row(*r) for r in ordered]
-    keep = [i for i, (c, _) in enumerate(RESULT_COLUMNS)            # step times only where some run has them
-            if c not in OPTIONAL_COLUMNS or any(row[i] != DASH for row in cells)]
-    return Table(title, [RESULT_COLUMNS[i][0] for i in keep], [RESULT_COLUMNS[i][1] for i in keep],
-                 [[row[i] for i in keep] for row in cells])
+    return _table(title, RESULT_COLUMNS, [_result_row(*r) for r in ordered])
+
+
+def _latency_table(title: str, runs: list[Summary]) -> Table:
+    return _table(title, LATENCY_COLUMNS, [
+        [str(s["engine"]), str(s["method"]), str(s["budget"]), str(s["concurrency"]),
+         *(cell for m in ("ttft", "tpot", "itl") for cell in (_figure(s, f"{m}_mean_s", ".1f", 1000),
+                                                             _percentiles(s, m))),
+         _n(s, s), str(s["run_id"])]
+        for s in runs])
 
 
 def _entropy_table(title: str, runs: list[Summary]) -> Table:
@@ -130,17 +181,18 @@ def _dataset_sections(summaries: list[Summary], speeds: list[Summary]) -> list[d
             blocks.append({
                 "concurrency": c,
                 "overall": _results_table(f"{dataset} · C={c} · all categories",
-                                          [(s, s, sp["speedup"]) for s, sp in at_c]),
+                                          [(s, s, sp["speedup"], sp["speedup_ci95"]) for s, sp in at_c]),
                 "categories": [
                     _results_table(f"{dataset} · C={c} · {cat}",
-                                   [(s, s["per_category"][cat], sp["per_category"][cat])
+                                   [(s, s["per_category"][cat], sp["per_category"][cat], sp["per_category_ci95"][cat])
                                     for s, sp in at_c if cat in s["per_category"]])
                     for cat in categories
                 ],
             })
         runs = sorted((s for s, _ in pairs), key=lambda s: (s["concurrency"], str(s["method"]), s["budget"]))
         sections.append({"name": dataset, "blocks": blocks,
-                         "entropy": _entropy_table(f"{dataset} · AL by entropy quartile (entropy range, nats)", runs)})
+                         "entropy": _entropy_table(f"{dataset} · AL by entropy quartile (entropy range, nats)", runs),
+                         "latency": _latency_table(f"{dataset} · latency (ms)", runs)})
     return sections
 
 
@@ -221,16 +273,28 @@ def _plot_view(plot: Plot, out_dir: Path) -> dict[str, Any]:
             "note": plot.note}
 
 
-def _context(summaries: list[Summary], headline: Plot, plots: list[Plot], out_dir: Path) -> dict[str, Any]:
-    """Everything both templates show: the headline (sentences and figure) first, then tables and plots."""
+def _goodput_legend(slo: dict[str, float] | None) -> tuple[tuple[str, str], ...]:
+    if not slo:
+        return ()
+    bounds = ", ".join(f"{SLO_METRICS[k]} ≤ {v:g} ms" for k, v in slo.items())
+    return (("goodput req/s", f"requests per second that met every objective ({bounds}; `--goodput`, as vllm "
+                              "bench serve defines it)"),)
+
+
+def _context(summaries: list[Summary], combined: list[Summary], headline: Plot, plots: list[Plot], out_dir: Path,
+             slo: dict[str, float] | None = None) -> dict[str, Any]:
+    """Everything both templates show: the headline (sentences and figure) first, then tables and plots.
+    `combined`: the summaries with each variant's repeats as one (`analysis.repeats`), which the headline and
+    result tables show; the runs table lists every run."""
     speeds = speedups(summaries)
     created = sorted(str(s["created"]) for s in summaries if s.get("created"))
     return {
-        "headline": {"sentences": sentences(summaries), "plot": _plot_view(headline, out_dir)},
+        "headline": {"sentences": sentences(combined), "plot": _plot_view(headline, out_dir)},
         "n_runs": len(summaries),
         "created_range": (created[0], created[-1]) if created else None,
-        "datasets": _dataset_sections(summaries, speeds),
-        "legend": COLUMN_LEGEND,
+        "datasets": _dataset_sections(combined, speedups(combined)),
+        "legend": (COLUMN_LEGEND + _goodput_legend(slo)
+                   + (REPEATS_LEGEND if any(s.get("repeats") for s in combined) else ())),
         "plots": [_plot_view(p, out_dir) for p in plots],
         "runs": _runs_table(summaries, speeds),
         "counters": _counters_table(summaries),
@@ -239,15 +303,18 @@ def _context(summaries: list[Summary], headline: Plot, plots: list[Plot], out_di
     }
 
 
-def render_report(run_dirs: Iterable[str | Path], out_dir: str | Path) -> list[Path]:
+def render_report(run_dirs: Iterable[str | Path], out_dir: str | Path, slo: dict[str, float] | None = None,
+                  ) -> list[Path]:
     """Write out_dir/leaderboard.md, out_dir/index.html, the headline figure and the plots; return every path
-    written, the pages first and the figures in the order the pages show them."""
+    written, the pages first and the figures in the order the pages show them. `slo`: goodput objectives
+    (`metrics.parse_slo`), shown as a column when given."""
     out_dir = Path(out_dir)
-    summaries = [summarize_run(d) for d in run_dirs]
+    summaries = [summarize_run(d, slo) for d in run_dirs]
+    combined = combine_repeats(summaries, slo)
     out_dir.mkdir(parents=True, exist_ok=True)
-    headline = speedup_by_budget(summaries, out_dir / HEADLINE_PLOT)
-    plots = all_plots(summaries, out_dir)
-    context = _context(summaries, headline, plots, out_dir)
+    headline = speedup_by_budget(combined, out_dir / HEADLINE_PLOT)
+    plots = all_plots(combined, out_dir)
+    context = _context(summaries, combined, headline, plots, out_dir, slo)
     written = []
     for name in ("leaderboard.md", "index.html"):
         path = out_dir / name

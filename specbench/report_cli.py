@@ -14,10 +14,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from specbench.analysis.metrics import speedups, summarize_run
+from specbench.analysis.metrics import parse_slo, speedups, summarize_run
 
 if TYPE_CHECKING:
     import pandas as pd
+
+GOODPUT_HELP = ("Service-level objectives in milliseconds, as vllm bench serve's --goodput: `--goodput ttft_ms:500 "
+                "tpot_ms:20` (also e2el_ms) adds goodput, the requests/s that met every one.")
 
 
 def _fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
@@ -27,20 +30,32 @@ def _fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
 
 
 def summary_table(summaries: list[dict[str, Any]]) -> Table:
+    """One row per run; the goodput column where the summaries were made with objectives."""
+    goodput = any(s.get("goodput_slo") for s in summaries)
     table = Table(title="specbench summary")
     for name in ("run", "method", "engine", "dataset", "L", "C", "AL", "AL/req", "hit@1", "tok/s", "speedup",
-                 "TTFT ms", "TPOT ms", "ok", "failed"):
+                 "TTFT ms", "TTFT p99", "TPOT ms", "ITL p99", *(["goodput"] if goodput else []), "ok", "failed"):
         table.add_column(name, justify="left" if name in ("run", "method", "engine", "dataset") else "right")
     for s, sp in zip(summaries, speedups(summaries)):
-        hits = s["hit_rate_unconditional"]
         table.add_row(
             str(s["run_id"]), str(s["method"]), str(s["engine"]), str(s["dataset"]), str(s["budget"]),
             str(s["concurrency"]), _fmt(s["al_token_weighted"], ".2f"), _fmt(s["al_per_request_mean"], ".2f"),
-            _fmt(hits[0] if hits else None, ".1%"), _fmt(s["aggregate_tok_s"], ".1f"), _fmt(sp["speedup"], ".2f"),
-            _fmt(s["ttft_mean_s"], ".1f", 1000), _fmt(s["tpot_mean_s"], ".1f", 1000),
-            str(s["n_ok"]), str(s["n_failed"]),
+            _fmt(s["hit_at_1"], ".1%"), _fmt(s["aggregate_tok_s"], ".1f"), _fmt(sp["speedup"], ".2f"),
+            _fmt(s["ttft_mean_s"], ".1f", 1000), _fmt(s["ttft_p99_s"], ".1f", 1000),
+            _fmt(s["tpot_mean_s"], ".1f", 1000), _fmt(s["itl_p99_s"], ".1f", 1000),
+            *([_fmt(s["goodput_req_s"], ".2f")] if goodput else []), str(s["n_ok"]), str(s["n_failed"]),
         )
     return table
+
+
+def goodput_args(run_dirs: list[Path], goodput: list[str]) -> tuple[list[Path], dict[str, float]]:
+    """(run directories, objectives) from the command line: `--goodput ttft_ms:500 tpot_ms:20` leaves the second
+    pair among the run directories (the flag takes one value), so KEY:VALUE arguments that name no existing
+    path move to the objectives, as vllm bench serve reads them."""
+    if not goodput:
+        return run_dirs, {}
+    pairs = [p for p in run_dirs if not p.exists() and ":" in p.name]
+    return [p for p in run_dirs if p not in pairs], parse_slo([*goodput, *map(str, pairs)])
 
 
 def print_unsquashed(table: Table) -> None:
@@ -67,9 +82,11 @@ def register(app: typer.Typer) -> None:
         csv: Path | None = typer.Option(None, "--csv", help="Also write the results as CSV: one row per run × "
                                         "category plus an 'all' row per run, with the report's columns."),
         parquet: Path | None = typer.Option(None, "--parquet", help="Also write the same rows as Parquet."),
+        goodput: list[str] = typer.Option([], help=GOODPUT_HELP),
     ) -> None:
         """Acceptance length, hit rates, throughput and latency of finished runs."""
-        summaries = [summarize_run(d) for d in run_dirs]
+        run_dirs, slo = goodput_args(run_dirs, goodput)
+        summaries = [summarize_run(d, slo) for d in run_dirs]
         if as_json:
             typer.echo(json.dumps(summaries, indent=2))
         else:
@@ -83,9 +100,28 @@ def register(app: typer.Typer) -> None:
     def report(
         run_dirs: list[Path] = typer.Argument(..., help="Run directories to put side by side."),
         out: Path = typer.Option(Path("reports"), "--out", help="Folder for leaderboard.md, index.html and plots."),
+        goodput: list[str] = typer.Option([], help=GOODPUT_HELP),
     ) -> None:
-        """Leaderboard (Markdown + HTML + plots) of one or more runs, rebuilt from their records."""
+        """Leaderboard (Markdown + HTML + plots) of one or more runs, rebuilt from their records; repeats of a
+        variant (`compare --repeats`) as one row of means with 95% confidence intervals."""
         from specbench.report import render_report
 
-        for path in render_report(run_dirs, out):
+        run_dirs, slo = goodput_args(run_dirs, goodput)
+        for path in render_report(run_dirs, out, slo):
             typer.echo(str(path))
+
+    @app.command("export-answers")
+    def export_answers(
+        run_dir: Path = typer.Argument(..., help="A run directory."),
+        out: Path = typer.Option(..., "--out", help="The Spec-Bench model-answer file to write (JSONL)."),
+    ) -> None:
+        """Write a run as a Spec-Bench model-answer file (one line per question: new_tokens, wall_time,
+        accept_lengths), so Spec-Bench's evaluation/speed.py reads it: its mean accepted tokens is this run's AL,
+        its speedup over a vanilla run's file the ratio of tok/s/user.
+
+        Example: specbench export-answers runs/cmp/ngram-L8-C1 --out answers/ngram.jsonl
+        """
+        from specbench.analysis.spec_bench_answers import write_model_answers
+
+        path, n = write_model_answers(run_dir, out)
+        typer.echo(f"{n} answers: {path}")

@@ -331,3 +331,65 @@ def test_engine_counters_shown_beside_records_with_a_flag(synth, tmp_path):
     plain = synth.run("ref", [rec("q1", [step(1, 3)])], method="ngram", budget=4)
     render_report([plain], tmp_path / "p")
     assert "Engine counters" not in (tmp_path / "p" / "leaderboard.md").read_text()
+
+
+# -- repeats, latency and goodput -----------------------------------------------------------------------------------
+
+@pytest.fixture
+def repeat_dirs(synth):
+    """vanilla and ngram, two repeats each in one comparison: vanilla 10 then 20 tok/s, ngram 20 then 60, so
+    ngram's speedups are 2 and 3 (mean 2.5, 95% t half-width 12.706 * 0.5 = 6.35) and its tok/s 40 +- 254.12."""
+    rec, step = synth.record, synth.step
+    dirs = []
+    for k, (van, ng) in enumerate([(1.0, 0.5), (0.5, 1 / 6)], 1):
+        dirs.append(synth.run(f"vanilla-L1-C1-r{k}", [rec("q", [step(0, 0)] * 9, method="vanilla", latency=van,
+                                                        t_start=10.0 * k)],
+                              compare_id="cmp", repeat=k, repeats=2))
+        dirs.append(synth.run(f"ngram-L4-C1-r{k}", [rec("q", [step(2, 3)] * 3, latency=ng, t_start=10.0 * k + 5)],
+                              method="ngram", budget=4, compare_id="cmp", repeat=k, repeats=2))
+    return dirs
+
+
+def test_repeats_are_one_row_with_means_and_confidence_intervals(repeat_dirs, tmp_path):
+    render_report(repeat_dirs, tmp_path / "r")
+    md = (tmp_path / "r" / "leaderboard.md").read_text()
+    tables = _md_tables(md)
+    rows = tables[("prompt-enhancement", "C=1")]
+    assert [r["run"] for r in rows] == ["ngram-L4-C1", "vanilla-L1-C1"]
+    ng = rows[0]
+    assert (ng["tok/s"], ng["speedup"], ng["n"]) == ("40.0 ± 254.1", "2.50× ± 6.35", "2 in 2 repeats")
+    assert ng["AL"] == "3.00 ± 0.00"
+    assert "**± x**: with repeats" in md
+    assert len(tables[("Runs", "Runs")]) == 4                          # every repeat is listed as a run
+
+
+def test_latency_table_and_goodput_column(synth, tmp_path):
+    """The latency table shows TTFT, TPOT and ITL as mean and p50/p90/p99 (ITL only where records kept their
+    gaps); --goodput adds the goodput column, and the legend names the objectives."""
+    rec, step = synth.record, synth.step
+    records = [{**rec(f"q{i}", [step(0, 0)] * 4, method="vanilla", ttft=0.1 * (i + 1), t_start=2.0 * i),
+                "itl_s": [0.2] * 4} for i in range(3)]
+    run = synth.run("van", records, engine="vllm")
+    CliRunner().invoke(app, ["report", str(run), "--goodput", "ttft_ms:250", "tpot_ms:500", "--out",
+                             str(tmp_path / "r")], catch_exceptions=False)
+    md = (tmp_path / "r" / "leaderboard.md").read_text()
+    tables = _md_tables(md)
+    latency = _row(tables[("prompt-enhancement", "Latency")], "van")
+    assert (latency["TTFT ms"], latency["TTFT p50/p90/p99"]) == ("200.0", "200.0/280.0/298.0")
+    assert (latency["ITL ms"], latency["ITL p50/p90/p99"]) == ("200.0", "200.0/200.0/200.0")
+    assert _row(tables[("prompt-enhancement", "C=1")], "van")["goodput req/s"] == "0.67"   # 2 of 3 over 3 s
+    assert "time to first token ≤ 250 ms, time per output token after the first ≤ 500 ms" in md
+    plain = synth.run("plain", [rec("q", [step(0, 0)], method="vanilla")])
+    render_report([plain], tmp_path / "p")
+    tables = _md_tables((tmp_path / "p" / "leaderboard.md").read_text())
+    assert "goodput req/s" not in tables[("prompt-enhancement", "C=1")][0]
+    assert "ITL ms" not in tables[("prompt-enhancement", "Latency")][0]
+
+
+def test_cli_summarize_takes_goodput_objectives(run_dirs):
+    result = CliRunner().invoke(app, ["summarize", "--json", str(run_dirs[2]), "--goodput", "ttft_ms:50"])
+    assert result.exit_code == 0, result.output
+    [summary] = json.loads(result.output)
+    assert summary["goodput_slo"] == {"ttft": 50.0} and summary["goodput_req_s"] == 0.0
+    result = CliRunner().invoke(app, ["summarize", str(run_dirs[2]), "--goodput", "ttft:x"])
+    assert result.exit_code != 0 and "--goodput 'ttft:x'" in str(result.exception)

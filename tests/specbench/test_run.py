@@ -104,6 +104,29 @@ def test_compare_interleaves_methods_and_reports_speedups(tiny_target, tmp_path)
     assert (out / "report" / "leaderboard.md").exists()
 
 
+def test_compare_repeats_interleave_each_in_its_own_run_dir(tiny_target, tmp_path):
+    """--repeats 2: four run dirs (NAME-rK, the manifest says which repeat), every repeat's first request done
+    before any second one (interleaved), one report row per variant, and --resume of the finished comparison
+    runs nothing again."""
+    out = tmp_path / "cmp"
+    args = ["compare", "--target", str(tiny_target), "--methods", "ngram", "--budget", "4", "--limit", "2",
+            "--max-new-tokens", "8", "--dtype", "float32", "--repeats", "2", "--out", str(out)]
+    res = cli.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    dirs = ["vanilla-L1-C1-r1", "ngram-L4-C1-r1", "vanilla-L1-C1-r2", "ngram-L4-C1-r2"]
+    assert sorted(p.name for p in out.iterdir() if p.name != "report") == sorted(dirs)
+    assert [(read_manifest(out / d)["repeat"], read_manifest(out / d)["repeats"]) for d in dirs] == \
+        [(1, 2), (1, 2), (2, 2), (2, 2)]
+    starts = [sorted(r["t_start"] for r in read_records(out / d)) for d in dirs]
+    assert max(s[0] for s in starts) < min(s[1] for s in starts)
+    md = (out / "report" / "leaderboard.md").read_text()
+    assert "| 4 in 2 repeats | ngram-L4-C1 |" in md and "| 4 in 2 repeats | vanilla-L1-C1 |" in md
+    before = {d: read_records(out / d) for d in dirs}
+    res = cli.invoke(app, [*args, "--resume"])
+    assert res.exit_code == 0, res.output
+    assert {d: read_records(out / d) for d in dirs} == before
+
+
 def test_match_rates_say_so_when_no_request_finished_in_both_runs(synth, capsys):
     from specbench.run_cli import _print_match_rates
 
