@@ -30,11 +30,16 @@ Record = dict[str, Any]
 
 REQUIRED_MANIFEST_KEYS = ("run_id", "method", "engine", "dataset", "budget", "concurrency")
 MANIFEST_KEYS = REQUIRED_MANIFEST_KEYS + (
-    "target", "dtype", "device", "compare_id", "command", "created", "seed", "method_config",
+    "target", "dtype", "device", "compare_id", "command", "created", "seed", "method_config", "engine_version",
+    "tensor_parallel_size",
 )
 # A speedup is only meaningful against vanilla decoding of the same model in the same conditions: the same
-# engine, model and device, and the same workload (which rows, how many tokens, how they are sampled).
-BASELINE_MATCH_KEYS = ("engine", "dataset", "concurrency", "target", "dtype", "device")
+# engine and version, model and hardware (device, tensor parallel size), and the same workload (which rows, how
+# many tokens, how they are sampled). A server whose hardware is unknown (`runners.hardware.UNKNOWN`) is only
+# compared with vanilla measured in the same `specbench compare`, on the same server by construction.
+BASELINE_MATCH_KEYS = ("engine", "engine_version", "dataset", "concurrency", "target", "dtype", "device",
+                       "tensor_parallel_size")
+UNKNOWN_DEVICE = "unknown"
 WORKLOAD_KEYS = ("categories", "limit", "seed", "max_new_tokens", "temperature", "top_p", "top_k", "threads",
                  "prefix_cache", "request_rate", "burstiness")     # read from the manifest
 PERCENTILES = (50, 90, 99)
@@ -338,7 +343,9 @@ def _baseline_for(summary: dict[str, Any], summaries: list[dict[str, Any]]) -> d
     workload = lambda s: [s.get("manifest", {}).get(k) for k in WORKLOAD_KEYS]  # noqa: E731
     candidates = [s for s in summaries if s["method"] == BASELINE_METHOD
                   and all(s.get(k) == summary.get(k) for k in BASELINE_MATCH_KEYS)
-                  and workload(s) == workload(summary)]
+                  and workload(s) == workload(summary)
+                  and (summary.get("device") != UNKNOWN_DEVICE
+                       or (summary.get("compare_id") is not None and s.get("compare_id") == summary["compare_id"]))]
     if not candidates:
         return None
     here = _created_seconds(summary)
