@@ -21,7 +21,7 @@ from reference_eagle4.model import KVCache, Transformer, TreeLayout
 from reference_eagle4.prefix_cache import PrefixCache
 from reference_eagle4.proposers.base import Proposer
 from reference_eagle4.tree import DraftTree
-from reference_eagle4.verify import Sampling, draw, entropy, greedy_tokens, walk
+from reference_eagle4.verify import Sampling, TokenLogprobs, draw, entropy, greedy_tokens, top_logprobs, walk
 
 
 @dataclass
@@ -30,6 +30,7 @@ class Request:
     prompt_ids: list[int]
     meta: dict[str, Any] = field(default_factory=dict)
     max_new_tokens: int | None = None        # this request's output cap (None: GenerationConfig's)
+    top_logprobs: int | None = None          # k: keep each output token's logprob and the top k (Sequence.logprobs)
 
 
 # A request source passed to `Engine.generate` may yield PENDING to say "nothing waiting right now": the
@@ -48,6 +49,7 @@ class Sequence:
     output: list[int] = field(default_factory=list)
     steps: list[dict[str, int]] = field(default_factory=list)
     entropies: list[float] = field(default_factory=list)
+    logprobs: list[TokenLogprobs] = field(default_factory=list)   # per output token, when the request asks
     t_start: float = 0.0
     t_first: float = 0.0
     t_end: float = 0.0
@@ -124,6 +126,8 @@ class Engine:
         seq.cached_tokens = reuse
         seq.entropies.append(float(entropy(logits)[0]))
         first = int(draw(logits, cfg.sampling, gen)[0])
+        if request.top_logprobs is not None:
+            seq.logprobs += top_logprobs(logits, [first], request.top_logprobs)
         self._emit(seq, [first])
         seq.t_first = time.time()
         self.proposer.begin(seq, rows)
@@ -156,6 +160,7 @@ class Engine:
         greedy = self.config.sampling.greedy
         argmax = greedy_tokens(logits).tolist() if greedy else None
         rows: list[tuple[int, int]] = []                            # (sequence, logits row) of emitted tokens
+        emitted_tokens: list[int] = []
         for b, (seq, tree) in enumerate(zip(seqs, trees)):
             lo = starts[b]
             targets = argmax[lo: lo + len(tree)] if argmax is not None else \
@@ -165,12 +170,26 @@ class Engine:
             path = torch.tensor(verdict.path, device=dev)
             self.cache.keep(seq.slot, path)
             rows.extend((b, lo + node) for node in verdict.path[:emitted])
+            emitted_tokens += verdict.tokens[:emitted]
             seq.steps.append({**self._step_record(tree, verdict.path, emitted), **timing})
             if not seq.done:
                 self.proposer.accepted(seq, verdict.path, [h[b, path] for h in hidden])
         ents = entropy(logits[torch.tensor([r for _, r in rows], device=dev)]).tolist()
         for (b, _), ent in zip(rows, ents):
             seqs[b].entropies.append(ent)
+        self._keep_logprobs(seqs, logits, rows, emitted_tokens)
+
+    @staticmethod
+    def _keep_logprobs(seqs: list[Sequence], logits: Tensor, rows: list[tuple[int, int]], tokens: list[int]) -> None:
+        """Top logprobs of the emitted tokens of the sequences whose requests ask for them (one pass for all)."""
+        asked = [j for j, (b, _) in enumerate(rows) if seqs[b].request.top_logprobs is not None]
+        if not asked:
+            return
+        k = max(seqs[rows[j][0]].request.top_logprobs for j in asked)
+        picked = torch.tensor([rows[j][1] for j in asked], device=logits.device)
+        for j, (lp, top) in zip(asked, top_logprobs(logits[picked], [tokens[j] for j in asked], k)):
+            seq = seqs[rows[j][0]]
+            seq.logprobs.append((lp, top[: seq.request.top_logprobs]))
 
     @staticmethod
     def _step_record(tree: DraftTree, path: list[int], emitted: int) -> dict[str, int]:

@@ -90,3 +90,15 @@ def verify(tree: DraftTree, logits: Tensor, sampling: Sampling,
 def entropy(logits: Tensor) -> Tensor:
     """Entropy (nats) of the target's raw next-token distribution, per row (`row_ops`: one pass a row)."""
     return row_ops.entropy(logits)
+
+
+TokenLogprobs = tuple[float, list[tuple[int, float]]]
+
+
+def top_logprobs(logits: Tensor, tokens: list[int], k: int) -> list[TokenLogprobs]:
+    """Per row of logits [N, V]: the log-probability of tokens[i] and the k most likely (token, log-probability)
+    pairs, most likely first, all under the raw distribution whose entropy `entropy` gives (fp32)."""
+    logp = logits.float().log_softmax(-1)
+    chosen = logp.gather(-1, torch.tensor(tokens, device=logp.device)[:, None])[:, 0].tolist()
+    values, ids = logp.topk(min(k, logp.shape[-1]), dim=-1)
+    return [(c, list(zip(i, v))) for c, i, v in zip(chosen, ids.tolist(), values.tolist())]

@@ -16,11 +16,16 @@ vLLM semantics reproduced, so the vLLM runner measures this server exactly as it
   detailed`), on the non-streaming response and on the final usage chunk of a stream
   (`stream_options.include_usage`): serve_metrics.py has their definitions.
 - `return_token_ids`: `prompt_token_ids` on the first chunk / the response, `token_ids` on every choice.
-Beyond vLLM, `metrics.specbench` carries the exact per-step records and the mean entropy of the request.
+- logprobs: chat `logprobs: true, top_logprobs: K` and completions `logprobs: K` (K <= 20, vLLM's default
+  --max-logprobs) return, per output token, its logprob and the top K of the target's raw next-token
+  distribution in vLLM's shapes and order (serve_logprobs.py), streamed with the tokens they belong to;
+  `return_tokens_as_token_ids` names tokens "token_id:N".
+Beyond vLLM, `metrics.specbench` carries the exact per-step records and the mean entropy of the request, the
+exact value a runner's estimate from the top-K logprobs (runners/server_entropy.py) is checked against.
 
 Sampling is fixed when the server starts (--temperature/--top-p/--top-k, per-request seeds from --seed): a
-request asking for other sampling settings, or for features the engine lacks (n > 1, stop strings, logprobs,
-tools, penalties, ignore_eos), gets HTTP 400 rather than a silently different answer.
+request asking for other sampling settings, or for features the engine lacks (n > 1, stop strings, prompt
+logprobs, tools, penalties, ignore_eos), gets HTTP 400 rather than a silently different answer.
 
 Threat model. The server is meant for benchmarking on one machine or a trusted network: it has no
 authentication, no TLS and no per-client quotas, and it listens on 127.0.0.1 unless told otherwise
@@ -54,6 +59,7 @@ from typing import Any
 
 from specbench.runners.reference.serve_http import (
     DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT_S, ApiError, GuardedServer, JsonHandler)
+from specbench.runners.reference.serve_logprobs import chat_logprobs, completion_logprobs
 from specbench.runners.reference.serve_metrics import (
     CONTENT_TYPE, MetricsSnapshot, SpecCounters, exposition, request_spec_metrics)
 from specbench.runners.reference.serve_requests import Completion, Limits, RequestReader, Sampling
@@ -98,8 +104,8 @@ def is_loopback(host: str) -> bool:
 class Handle:
     """One request between an HTTP thread and the engine thread."""
 
-    def __init__(self, rid: str, prompt_ids: list[int], max_tokens: int):
-        self.id, self.prompt_ids, self.max_tokens = rid, prompt_ids, max_tokens
+    def __init__(self, rid: str, prompt_ids: list[int], max_tokens: int, top_logprobs: int | None = None):
+        self.id, self.prompt_ids, self.max_tokens, self.top_logprobs = rid, prompt_ids, max_tokens, top_logprobs
         self.events: queue.Queue = queue.Queue()
         self.sent = 0
         self.steps_seen = 0
@@ -156,13 +162,13 @@ class EngineService:
             self._active += 1
             with self.lock:
                 self.running += 1
-            yield Request(h.id, h.prompt_ids, max_new_tokens=h.max_tokens)
+            yield Request(h.id, h.prompt_ids, max_new_tokens=h.max_tokens, top_logprobs=h.top_logprobs)
 
     def _on_progress(self, seq: Any) -> None:
         h = self.handles.get(seq.request.id)
         if h is None or seq.error:
             return
-        new = seq.output[h.sent:]
+        new, lps = seq.output[h.sent:], seq.logprobs[h.sent:]
         h.sent = len(seq.output)
         steps = seq.steps[h.steps_seen:]
         h.steps_seen = len(seq.steps)
@@ -171,7 +177,7 @@ class EngineService:
                 for s in steps:
                     self.spec.observe(s)
         if new:
-            h.events.put(("tokens", list(new)))
+            h.events.put(("tokens", (list(new), list(lps))))
 
     def _on_done(self, seq: Any) -> None:
         self._active -= 1
@@ -193,7 +199,7 @@ class EngineService:
         last = seq.output[-1] if seq.output else None
         ents = [e for e in seq.entropies if math.isfinite(e)]
         h.events.put(("done", {
-            "output": list(seq.output), "steps": list(seq.steps),
+            "output": list(seq.output), "steps": list(seq.steps), "logprobs": list(seq.logprobs),
             "finish_reason": "stop" if last in self.engine.config.eos_ids else "length",
             "mean_entropy": sum(ents) / len(ents) if ents else None,
             "engine_ttft_s": seq.t_first - seq.t_start, "engine_latency_s": seq.t_end - seq.t_start,
@@ -213,7 +219,7 @@ class EngineService:
         if self.error:
             raise ApiError(503, self.error, "ServiceUnavailableError")
         h = Handle(f"{'chatcmpl' if request.chat else 'cmpl'}-{uuid.uuid4().hex}", request.prompt_ids,
-                   request.max_tokens)
+                   request.max_tokens, request.logprobs)
         self.handles[h.id] = h
         self.waiting.put(h)
         return h
@@ -325,6 +331,20 @@ class Handler(JsonHandler):
             "specbench": {"steps": done["steps"], "mean_entropy": done["mean_entropy"],
                           "engine_ttft_s": done["engine_ttft_s"], "engine_latency_s": done["engine_latency_s"]},
         }
+    def _logprobs(self, request: Completion, ids: list[int], logprobs: list[Any], offset: int,
+                  ) -> dict[str, Any] | None:
+        """The choice's `logprobs` for these output tokens in vLLM's shape; None when the request asks for none."""
+        if request.logprobs is None:
+            return None
+        tokenizer = self.svc.tokenizer
+
+        def text(token: int) -> str:
+            return f"token_id:{token}" if request.tokens_as_ids else tokenizer.decode([token])
+
+        if request.chat:
+            return chat_logprobs(ids, logprobs, request.logprobs, text)
+        return completion_logprobs(ids, logprobs, request.logprobs, text, offset)
+
 
     def _complete(self, handle: Handle, request: Completion) -> None:
         kind, done = self._wait(handle)
@@ -334,7 +354,8 @@ class Handler(JsonHandler):
             self.send_api_error(ApiError(500, str(done)))
             return
         text = self._decode(done["output"])
-        choice: dict[str, Any] = {"index": 0, "finish_reason": done["finish_reason"], "logprobs": None}
+        choice: dict[str, Any] = {"index": 0, "finish_reason": done["finish_reason"],
+                                  "logprobs": self._logprobs(request, done["output"], done["logprobs"], 0)}
         if request.chat:
             choice["message"] = {"role": "assistant", "content": text}
         else:
@@ -365,14 +386,16 @@ class Handler(JsonHandler):
         obj = "chat.completion.chunk" if chat else "text_completion"
         base = {"id": handle.id, "object": obj, "created": int(time.time()), "model": self.svc.model_name}
 
-        def choice(text: str, ids: list[int] | None, finish: str | None = None) -> dict[str, Any]:
-            c: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish}
+        def choice(text: str, ids: list[int], logprobs: list[Any], offset: int, finish: str | None = None,
+                   ) -> dict[str, Any]:
+            c: dict[str, Any] = {"index": 0, "logprobs": self._logprobs(request, ids, logprobs, offset),
+                                 "finish_reason": finish}
             if chat:
                 c["delta"] = {"content": text} if text or finish else {"content": ""}
             else:
                 c["text"] = text
             if want_ids:
-                c["token_ids"] = ids or []
+                c["token_ids"] = ids
             return c
 
         if chat:
@@ -390,12 +413,14 @@ class Handler(JsonHandler):
                 self._event({"error": {"message": str(payload), "type": "InternalServerError", "code": 500}})
                 break
             if kind == "tokens":
-                out += payload
+                ids, logprobs = payload
+                offset = len(sent_text)
+                out += ids
                 full = self._decode(out)
                 delta = ""
                 if not full.endswith("\ufffd") and full.startswith(sent_text):
                     delta, sent_text = full[len(sent_text):], full
-                event = {**base, "choices": [choice(delta, payload)]}
+                event = {**base, "choices": [choice(delta, ids, logprobs, offset)]}
                 if want_ids and first_ids and not chat:
                     event["prompt_token_ids"] = handle.prompt_ids
                 first_ids = False
@@ -404,7 +429,7 @@ class Handler(JsonHandler):
                 continue
             full = self._decode(payload["output"])
             tail = full[len(sent_text):] if full.startswith(sent_text) else ""
-            self._event({**base, "choices": [choice(tail, [], payload["finish_reason"])]})
+            self._event({**base, "choices": [choice(tail, [], [], len(sent_text), payload["finish_reason"])]})
             if request.include_usage:
                 self._event({**base, "choices": [], "usage": self._usage(handle, payload),
                              "metrics": self._metrics(payload)})

@@ -9,6 +9,9 @@ What is checked, and why:
 - numbers are JSON numbers (no booleans, strings, NaN or infinities) and integers where a count is meant;
 - sampling settings equal the server's (fixed when it starts); features the engine lacks are refused rather
   than silently ignored (see serve.py);
+- logprobs as vLLM takes them (vllm/entrypoints/openai/chat_completion/protocol.py and completion/protocol.py
+  `check_logprobs`): chat `logprobs` true or false with `top_logprobs` 0 to MAX_LOGPROBS (and only with
+  `logprobs`), completions `logprobs` 0 to MAX_LOGPROBS; vLLM's "all" (-1) and prompt logprobs are refused;
 - `messages` is a list of {"role": str, "content": str | [{"type": "text", "text": str}, ...]};
 - token ids given as the prompt are integers inside the vocabulary: the embedding has no row for any other;
 - a prompt's length is bounded before it is tokenised: no vocabulary entry is longer than `max_piece_chars`
@@ -25,6 +28,7 @@ from typing import Any
 
 from specbench.runners.reference.serve_http import ApiError
 
+MAX_LOGPROBS = 20          # vLLM's default --max-logprobs (vllm/config/model.py `max_logprobs`)
 UNSUPPORTED = ("tools", "functions", "response_format", "logit_bias", "suffix", "guided_json", "guided_regex",
                "guided_choice", "structured_outputs")
 
@@ -62,6 +66,8 @@ class Completion:
     stream: bool
     include_usage: bool
     return_token_ids: bool
+    logprobs: int | None = None            # top logprobs per output token (chat top_logprobs, completions logprobs)
+    tokens_as_ids: bool = False            # return_tokens_as_token_ids: logprob tokens as "token_id:N"
 
 
 # -- typed fields ------------------------------------------------------------------------------------------
@@ -132,7 +138,8 @@ class RequestReader:
         if options is not None and not isinstance(options, dict):
             raise ApiError(400, "`stream_options` must be an object")
         return Completion(chat, prompt, self.max_tokens(asked, len(prompt)), flag(body, "stream"),
-                          flag(options or {}, "include_usage"), flag(body, "return_token_ids"))
+                          flag(options or {}, "include_usage"), flag(body, "return_token_ids"),
+                          self.logprobs(body, chat), flag(body, "return_tokens_as_token_ids"))
 
     # -- what this server can honour ---------------------------------------------------------------------
     def check(self, body: dict[str, Any]) -> None:
@@ -149,8 +156,8 @@ class RequestReader:
                 raise ApiError(400, f"`{key}` is not supported by specbench serve")
         if body.get("stop") or body.get("stop_token_ids"):
             raise ApiError(400, "stop strings / stop_token_ids are not supported by specbench serve")
-        if body.get("logprobs") or body.get("top_logprobs") or body.get("prompt_logprobs"):
-            raise ApiError(400, "logprobs are not supported by specbench serve")
+        if body.get("prompt_logprobs") is not None:
+            raise ApiError(400, "prompt logprobs are not supported by specbench serve")
         if body.get("ignore_eos") or body.get("echo") or (integer(body, "min_tokens") or 0) > 0:
             raise ApiError(400, "ignore_eos / echo / min_tokens are not supported by specbench serve")
         for key, neutral in (("presence_penalty", 0.0), ("frequency_penalty", 0.0), ("repetition_penalty", 1.0)):
@@ -165,6 +172,24 @@ class RequestReader:
         top_k = integer(body, "top_k")
         if top_k is not None and max(top_k, 0) != self.sampling.top_k:
             raise ApiError(400, f"this server samples with top_k={self.sampling.top_k}; the request asks for {top_k}")
+
+    @staticmethod
+    def logprobs(body: dict[str, Any], chat: bool) -> int | None:
+        """How many top logprobs each output token gets, or None when the request asks for no logprobs."""
+        if chat:
+            top = integer(body, "top_logprobs") or 0
+            wanted = flag(body, "logprobs")
+            if top and not wanted:
+                raise ApiError(400, "when using `top_logprobs`, `logprobs` must be set to true")
+            key, value = "top_logprobs", top if wanted else None
+        else:
+            if body.get("top_logprobs") is not None:
+                raise ApiError(400, "`top_logprobs` is a chat completions field; completions take `logprobs`: N")
+            key = "logprobs"
+            value = integer(body, key)
+        if value is not None and not 0 <= value <= MAX_LOGPROBS:
+            raise ApiError(400, f"`{key}` must be between 0 and {MAX_LOGPROBS} (this server's max_logprobs)")
+        return value
 
     # -- the prompt --------------------------------------------------------------------------------------
     def chat_ids(self, messages: Any) -> list[int]:
