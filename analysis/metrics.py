@@ -119,10 +119,10 @@ def al_by_entropy_quartile(records: Iterable[Record]) -> list[dict[str, Any]]:
     """
     with_entropy = [r for r in ok_records(records)
                     if r["mean_entropy"] is not None and math.isfinite(r["mean_entropy"])]
-    with_entropy.sort(key=lambda r: r["mean_entropy"])
+    of = entropy_quartile_of([r["mean_entropy"] for r in with_entropy])
     quartiles = []
-    for i, idx in enumerate(np.array_split(np.arange(len(with_entropy)), 4)):
-        group = [with_entropy[j] for j in idx]
+    for i in range(4):
+        group = [r for r, q in zip(with_entropy, of) if q == i + 1]
         entropies = [r["mean_entropy"] for r in group]
         quartiles.append({
             "quartile": i + 1,
@@ -132,6 +132,16 @@ def al_by_entropy_quartile(records: Iterable[Record]) -> list[dict[str, Any]]:
             "al": acceptance_length(group)["token_weighted"],
         })
     return quartiles
+
+
+def entropy_quartile_of(entropies: list[float]) -> list[int]:
+    """The quartile (1 = lowest) of each value: sorted ascending (ties in their given order), split into four
+    groups whose sizes differ by at most one, the first groups the larger (np.array_split)."""
+    quartile = [0] * len(entropies)
+    for i, idx in enumerate(np.array_split(np.argsort(entropies, kind="stable"), 4)):
+        for j in idx:
+            quartile[j] = i + 1
+    return quartile
 
 
 def union_length(intervals: Iterable[tuple[float, float]]) -> float:

@@ -46,6 +46,9 @@ Engine-specific options ride on `--option KEY=VALUE` (recorded in the manifest w
 `retries=N` (3), `retry_backoff=S` (1), `stall_timeout=S` (60) and `request_timeout=S` (600), plus method
 options (`max_n`, `min_n`, `matches`, `top_k`, `depth`). The options that do not change what a run measures
 (`OPERATIONAL_OPTIONS`: where the server listens, its Python, the timeouts and retries) may change on `--resume`.
+`entropy=inline|off` (default inline) has the runner ask for each output token's top logprobs and estimate the
+request's mean entropy from them (runners/server_entropy.py); off asks for none, and records then carry an entropy
+only where the server gives the exact one (`specbench serve`).
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ from specbench.dataset import Row, chat_messages
 from specbench.errors import SpecbenchError
 from specbench.records import MANIFEST_FILE, read_manifest, write_manifest
 from specbench.runners.base import OnRecord, Record
+from specbench.runners.server_entropy import entropy_mode
 from specbench.runners.server_faults import (
     FAULT_OPTIONS, RETRY_STATUSES, EngineHTTPError, FaultPolicy, RetryableError, retry_after_s,
 )
@@ -79,7 +83,8 @@ from specbench.settings import Job, MethodSpec, Settings
 # Every --option the server runners read: their own, then the method options they map to server flags.
 # Anything else is an error (`ServerRunner.check_options`), never an option a server silently ignored.
 SERVER_OPTIONS = ("drafter", "tp", "port", "max_model_len", "server_args", "server_python", "startup_timeout",
-                  "host", "request_extra", WARMUP_OPTION, *FAULT_OPTIONS, "max_n", "min_n", "matches", "top_k", "depth")
+                  "host", "request_extra", "entropy", WARMUP_OPTION, *FAULT_OPTIONS,
+                  "max_n", "min_n", "matches", "top_k", "depth")
 OPERATIONAL_OPTIONS = frozenset({"port", "host", "server_python", "startup_timeout", *FAULT_OPTIONS})
 
 
@@ -309,9 +314,11 @@ class ServerRunner:
                 raise SpecbenchError(f"{flag}: the {cls.engine} runner takes no option {key!r} "
                                      f"(it takes {', '.join(SERVER_OPTIONS)})")
         FaultPolicy.from_options(shared)
+        entropy_mode(shared)
         warmup_requests(shared, 1)
         for m, own in methods:
             FaultPolicy.from_options(own, f"--methods {m}:")
+            entropy_mode(own, f"--methods {m}:")
             warmup_requests(own, 1, f"--methods {m}:")
 
     @classmethod

@@ -28,6 +28,17 @@ only the new ids when the server runs with --incremental-streaming-output; both 
 record's steps (order lost; `fit_steps` reconciles them with the output length); the sums over requests are
 the run-level counters in the manifest (`engine_counters`), with the AL of both definitions
 (`sglang_summary`: the project's, and SGLang's spec_accept_length).
+
+Entropy (`--option entropy=inline`, the default): requests add `return_logprob: true, top_logprobs_num: 20`,
+and `meta_info.output_top_logprobs` / `output_token_logprobs` (one row per output token: [logprob, token_id,
+text]; python/sglang/srt/managers/tokenizer_manager.py `add_logprob_to_meta_info`) give each record's
+`mean_entropy` as an estimate from the top 20 plus a tail (runners/server_entropy.py), with `entropy_source`
+"top-20 logprobs"; the method config records `entropy`. Costs to know: in SGLang's default (cumulative)
+streaming every event repeats the logprobs of the whole output so far, so a long output sends and parses
+quadratically many of them (--incremental-streaming-output sends each once; both are read); and a sampled
+run's logprobs are of the temperature-scaled distribution unless the server runs with
+SGLANG_RETURN_ORIGINAL_LOGPROB=1 (python/sglang/srt/layers/sampler.py), so its entropies are the tempered
+distribution's. `--option entropy=off` requests none and records no entropy.
 """
 
 from __future__ import annotations
@@ -37,6 +48,9 @@ from typing import Any
 
 from specbench.errors import SpecbenchError
 from specbench.runners.server import ServerRequest, ServerRunner, Session, Stream, load_tokenizer, sse_events
+from specbench.runners.server_entropy import (
+    DEFAULT_TOP_LOGPROBS, entropy_config, entropy_fields, entropy_mode, sglang_positions,
+)
 from specbench.runners.server_metrics import add_counters, design_al, steps_from_histogram
 from specbench.settings import Settings
 
@@ -175,7 +189,7 @@ class SglangRunner(ServerRunner):
         opts = self._options(settings)
         return {"name": settings.method, "budget": settings.budget, "engine": ENGINE,
                 "speculative_args": spec_args(settings.method, settings.budget, opts.get("drafter"), opts),
-                "tensor_parallel_size": int(opts.get("tp", 1))}
+                "tensor_parallel_size": int(opts.get("tp", 1)), **entropy_config(opts)}
 
     def check_server(self, base: str, session: Session) -> None:
         """Refuse a server whose draft width differs from --budget (when it reports one) and one whose info
@@ -205,13 +219,18 @@ class SglangRunner(ServerRunner):
             sampling["top_k"] = settings.top_k
         if settings.temperature > 0:
             sampling["sampling_seed"] = settings.seed          # SGLang's per-request seed (SamplingParams)
-        return {"input_ids": req.prompt_ids, "sampling_params": sampling, "stream": True}
+        body = {"input_ids": req.prompt_ids, "sampling_params": sampling, "stream": True}
+        if entropy_mode(self._options(settings)) == "inline":
+            body.update(return_logprob=True, top_logprobs_num=DEFAULT_TOP_LOGPROBS)
+        return body
 
     async def one(self, client: Any, base: str, session: Session, req: ServerRequest) -> dict[str, Any]:
         settings = session.settings
         st = Stream(t_start=time.time())
         ids: list[int] = []
         meta: dict[str, Any] = {}
+        top: list[Any] = []                                 # output_top_logprobs rows, one per output token
+        chosen: list[Any] = []                              # output_token_logprobs, likewise
         async for event in sse_events(client, base + "/generate", self._body(req, settings),
                                       session.faults.stall_timeout):
             t = time.time()
@@ -221,14 +240,18 @@ class SglangRunner(ServerRunner):
             if total is not None and len(new) == int(total) and len(new) >= len(ids):
                 grew = len(new) > len(ids)
                 ids = new                                   # cumulative output_ids (the default)
+                top = meta.get("output_top_logprobs") or top
+                chosen = meta.get("output_token_logprobs") or chosen
             else:
                 grew = bool(new)
                 ids = ids + new                             # --incremental-streaming-output
+                top += (event.get("meta_info") or {}).get("output_top_logprobs") or []
+                chosen += (event.get("meta_info") or {}).get("output_token_logprobs") or []
             if grew:
                 st.got_output(t)
         st.t_end = time.time()
         parsed = parse_meta_info(meta, settings.budget, len(ids), settings.method, self._options(settings))
-        st.extra = {"meta": meta, "parsed": parsed}
+        st.extra = {"meta": meta, "parsed": parsed, "logprobs": sglang_positions(top, chosen)}
         rec = self.record(req, settings, st, ids)
         return rec
 
@@ -242,7 +265,7 @@ class SglangRunner(ServerRunner):
             "concurrency": settings.concurrency, "status": "ok", "error": "",
             "prompt_token_ids": req.prompt_ids or [], "output_token_ids": ids,
             "output_text": self._tokenizer.decode(ids, skip_special_tokens=True) if self._tokenizer else "",
-            "steps": parsed["steps"], "mean_entropy": None,
+            "steps": parsed["steps"], **entropy_fields(None, st.extra.get("logprobs")),
             "t_start": st.t_start, "t_end": st.t_end, "ttft_s": t_first - st.t_start,
             "latency_s": (st.t_last or st.t_end) - st.t_start, "itl_s": st.itl_s(),
             "steps_source": parsed["steps_source"],

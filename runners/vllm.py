@@ -32,6 +32,17 @@ Requests: POST /v1/chat/completions with `stream`, `stream_options.include_usage
 the final chunk) and `return_token_ids` (vLLM >= 0.10.2: `prompt_token_ids` on the first chunk, `token_ids`
 on every choice delta), so records hold exact token ids; without them the runner tokenizes the text.
 `specbench serve` speaks the same protocol and adds the exact per-step records under `metrics.specbench`.
+
+Entropy (`--option entropy=inline`, the default): requests add `logprobs: true, top_logprobs: 20` (vLLM's
+default --max-logprobs caps K at 20: vllm/config/model.py; a server launched with a lower cap answers HTTP 400,
+and `--option entropy=off` then requests none) and `return_tokens_as_token_ids`, so the sampled token is told
+apart from the top K exactly. Every streamed chunk's `choices[i].logprobs.content` holds one entry per token of
+that chunk (vllm/entrypoints/openai/chat_completion/serving.py `_create_chat_logprobs`); the record's
+`mean_entropy` is the mean over output tokens of the estimate from those top 20 plus a tail
+(runners/server_entropy.py), with `entropy_source` "top-20 logprobs". vLLM's logprobs are the raw
+distribution's by default (`--logprobs-mode raw_logprobs`), whatever the sampling settings. Where the server
+gives the exact mean entropy (`metrics.specbench.mean_entropy` from `specbench serve`) the record takes it,
+`entropy_source` "exact", and keeps the estimate as `entropy_estimate`. The method config records `entropy`.
 """
 
 from __future__ import annotations
@@ -43,6 +54,9 @@ from typing import Any
 
 from specbench.errors import SpecbenchError
 from specbench.runners.server import ServerRequest, ServerRunner, Session, Stream, _need, load_tokenizer, sse_events
+from specbench.runners.server_entropy import (
+    DEFAULT_TOP_LOGPROBS, entropy_config, entropy_fields, entropy_mode, vllm_positions,
+)
 from specbench.runners.server_metrics import (
     add_counters, counter_delta, parse_spec_counters, steps_from_histogram, steps_from_per_step,
 )
@@ -122,7 +136,7 @@ class VllmRunner(ServerRunner):
         opts = self._options(settings)
         spec = speculative_config(settings.method, settings.budget, opts.get("drafter"), opts)
         return {"name": settings.method, "budget": settings.budget, "engine": ENGINE, "speculative_config": spec,
-                "tensor_parallel_size": int(opts.get("tp", 1))}
+                "tensor_parallel_size": int(opts.get("tp", 1)), **entropy_config(opts)}
 
     def check_server(self, base: str, session: Session) -> None:
         url = base + "/v1/models"
@@ -180,6 +194,8 @@ class VllmRunner(ServerRunner):
             body["top_k"] = settings.top_k
         if settings.temperature > 0:
             body["seed"] = settings.seed
+        if entropy_mode(opts) == "inline":     # tokens as "token_id:N": the sampled one is matched exactly
+            body.update(logprobs=True, top_logprobs=DEFAULT_TOP_LOGPROBS, return_tokens_as_token_ids=True)
         body.update(opts.get("request_extra") or {})
         return body
 
@@ -204,6 +220,8 @@ class VllmRunner(ServerRunner):
                     st.text.append(content)
                 if choice.get("finish_reason"):
                     st.finish_reason = choice["finish_reason"]
+                if choice.get("logprobs"):
+                    st.extra.setdefault("logprobs", []).extend(vllm_positions(choice["logprobs"].get("content") or []))
             if event.get("usage"):
                 st.usage = event["usage"]
             if event.get("metrics"):
@@ -238,7 +256,7 @@ class VllmRunner(ServerRunner):
             "question_id": req.id, "category": req.meta.get("category", ""), "method": settings.method,
             "concurrency": settings.concurrency, "status": "ok", "error": "",
             "prompt_token_ids": st.prompt_ids or [], "output_token_ids": output, "output_text": text,
-            "steps": steps, "mean_entropy": ours.get("mean_entropy"),
+            "steps": steps, **entropy_fields(ours.get("mean_entropy"), st.extra.get("logprobs")),
             "t_start": st.t_start, "t_end": st.t_end, "ttft_s": t_first - st.t_start,
             "latency_s": (st.t_last or st.t_end) - st.t_start, "itl_s": st.itl_s(),
             "steps_source": source, "finish_reason": st.finish_reason, "usage": st.usage,

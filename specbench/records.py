@@ -23,6 +23,9 @@ A run directory holds `manifest.json` and `records.jsonl`. Each line of `records
         verify_ms float the step's verification forward of the target, ms (optional, as draft_ms)
         (other extra keys, e.g. draft levels or predicted acceptance, may follow; analysis ignores them)
     mean_entropy      float   mean target next-token entropy (nats) over generated positions
+    entropy_source    str     optional (server engines): "exact" (the server gave it) or "top-20 logprobs"
+                              (estimated, runners/server_entropy.py); null when there is none
+    entropy_estimate  float   optional: the top-20 estimate where the exact value is known too (specbench serve)
     t_start, t_end    float   wall-clock seconds (time.time()) when the request was admitted / finished
     ttft_s            float   admission to first output token (prefill included)
     latency_s         float   admission to last output token
