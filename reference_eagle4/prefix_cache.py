@@ -58,5 +58,9 @@ class PrefixCache:
         self._lru.append(Entry(prompt.clone(), k.clone(), v.clone(), [h.clone() for h in hidden]))
         del self._lru[: max(0, len(self._lru) - self.size)]
 
+    def clear(self) -> None:
+        """Forget every cached prompt (a server's cache reset between benchmark variants); the counts stay."""
+        self._lru.clear()
+
     def stats(self) -> dict[str, int]:
         return {"entries": self.size, "hit_tokens": self.hit_tokens, "prompt_tokens": self.prompt_tokens}

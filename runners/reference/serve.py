@@ -224,6 +224,16 @@ class EngineService:
         self.waiting.put(h)
         return h
 
+    def reset_prefix_cache(self) -> bool:
+        """vLLM's POST /reset_prefix_cache: forget the cached prompts. Refused (False) while requests run, as
+        vLLM refuses while blocks are held; holding the lock keeps a new request from being admitted meanwhile."""
+        with self.lock:
+            if self.running:
+                return False
+            if self.engine.prefix is not None:
+                self.engine.prefix.clear()
+            return True
+
     def healthy(self) -> bool:
         return self.error is None and self.thread.is_alive()
 
@@ -286,6 +296,9 @@ class Handler(JsonHandler):
         path = self.path.split("?", 1)[0]
         try:
             body = self.read_json_body()        # read before routing, so the connection stays in step
+            if path == "/reset_prefix_cache":
+                self.send_payload(200, {"success": self.svc.reset_prefix_cache()})
+                return
             if path not in ("/v1/chat/completions", "/v1/completions"):
                 raise ApiError(404, f"no route {path}")
             request = self.svc.reader.read(body, chat=path == "/v1/chat/completions")
