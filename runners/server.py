@@ -42,8 +42,9 @@ response format and the counters.
 Engine-specific options ride on `--option KEY=VALUE` (recorded in the manifest with the settings):
 `drafter=PATH` (draft checkpoint), `tp=N` (tensor parallel size), `port=N`, `max_model_len=N`,
 `server_args="..."` (extra launch arguments), `server_python=PATH` (interpreter that has the engine),
-`startup_timeout=S`, `request_extra={...}` (JSON merged into each request body), `warmup=N`, the fault options
-`retries=N` (3), `retry_backoff=S` (1), `stall_timeout=S` (60) and `request_timeout=S` (600), plus method
+`startup_timeout=S`, `request_extra={...}` (JSON merged into each request body), `device="4x NVIDIA B300"`
+(what a server on another machine runs on; one here is detected, `runners/hardware.py`), `warmup=N`, the fault
+options `retries=N` (3), `retry_backoff=S` (1), `stall_timeout=S` (60) and `request_timeout=S` (600), plus method
 options (`max_n`, `min_n`, `matches`, `top_k`, `depth`). The options that do not change what a run measures
 (`OPERATIONAL_OPTIONS`: where the server listens, its Python, the timeouts and retries) may change on `--resume`.
 `entropy=inline|off` (default inline) has the runner ask for each output token's top logprobs and estimate the
@@ -72,6 +73,7 @@ from specbench.dataset import Row, chat_messages
 from specbench.errors import SpecbenchError
 from specbench.records import MANIFEST_FILE, read_manifest, write_manifest
 from specbench.runners.base import OnRecord, Record
+from specbench.runners.hardware import server_hardware
 from specbench.runners.server_entropy import entropy_mode
 from specbench.runners.server_faults import (
     FAULT_OPTIONS, RETRY_STATUSES, EngineHTTPError, FaultPolicy, RetryableError, retry_after_s,
@@ -83,7 +85,7 @@ from specbench.settings import Job, MethodSpec, Settings
 # Every --option the server runners read: their own, then the method options they map to server flags.
 # Anything else is an error (`ServerRunner.check_options`), never an option a server silently ignored.
 SERVER_OPTIONS = ("drafter", "tp", "port", "max_model_len", "server_args", "server_python", "startup_timeout",
-                  "host", "request_extra", "entropy", WARMUP_OPTION, *FAULT_OPTIONS,
+                  "host", "request_extra", "device", "entropy", WARMUP_OPTION, *FAULT_OPTIONS,
                   "max_n", "min_n", "matches", "top_k", "depth")
 OPERATIONAL_OPTIONS = frozenset({"port", "host", "server_python", "startup_timeout", *FAULT_OPTIONS})
 
@@ -299,6 +301,8 @@ class ServerRunner:
         self._base: str | None = self.endpoint
         self._healthy_once = False
         self._model_name: str | None = None
+        self._prepared_options: dict[str, Any] = {}
+        self._facts: dict[str, Any] = {}       # what the server says about itself (`server_facts`)
 
     # -- the Runner protocol --------------------------------------------------------------------------
     @classmethod
@@ -333,12 +337,17 @@ class ServerRunner:
         return cls(job.target, job.dtype, job.endpoint)
 
     def describe(self) -> dict[str, Any]:
+        """The server's hardware (`runners.hardware.server_hardware`: the GPUs or CPU of this machine when the
+        server is here, what `--option device` declares, else "unknown") and tensor parallel size, with the
+        options of the variant last prepared. The engine's version is added at close, once the server told it."""
+        opts = self._prepared_options
         return {
             "engine": self.engine,
             "target": self.target_spec,
             "dtype": self.dtype_name,
             "endpoint": self.endpoint,
-            "device": f"server: {self.endpoint}" if self.endpoint else "server launched by specbench",
+            **server_hardware(self.endpoint, opts.get("device")),
+            "tensor_parallel_size": int(opts.get("tp", 1)),
         }
 
     def requests(self, rows: Iterable[Row]) -> list[ServerRequest]:
@@ -347,6 +356,7 @@ class ServerRunner:
     def prepare(self, settings: Settings, requests: list[ServerRequest], run_dir: Path) -> Session:
         """The variant's server configuration and launch command; the server starts with its first block."""
         config = self.method_config(settings)
+        self._prepared_options = self._options(settings)
         command = None if self.endpoint else self.launch_command(settings)
         if command:
             config = {**config, "launch_command": shell_join(command)}
@@ -373,6 +383,9 @@ class ServerRunner:
         if not (session.blocks or session.retries or counted) or not (run_dir / MANIFEST_FILE).exists():
             return
         meta = read_manifest(run_dir)
+        if self._facts:
+            meta["server"] = self._facts
+            meta["engine_version"] = self._facts.get("engine_version")
         if session.blocks or session.retries:
             meta["request_retries"] = int(meta.get("request_retries") or 0) + session.retries
         if session.warmup is not None:
@@ -456,10 +469,16 @@ class ServerRunner:
                                  f"(GET {self.health_path}); start it first, or leave out --endpoint to launch one")
         self._healthy_once = True
         self.check_server(self._base, session)
+        self._facts = self.server_facts(self._base)
         return self._base
 
     def check_server(self, base: str, session: Session) -> None:
         """Attach mode: learn the served model name and refuse a server that serves something else."""
+
+    def server_facts(self, base: str) -> dict[str, Any]:
+        """What the server says about itself ({"engine_version", "tensor_parallel_size", "speculative"}, None
+        where it does not say), recorded in the manifest's `server`; engine runners override this."""
+        return {}
 
     def get_json(self, url: str, timeout: float = 30.0) -> tuple[int, Any, str]:
         """GET `url`: (HTTP status, the body as JSON or None when it is not JSON, the body's first words).
@@ -515,6 +534,7 @@ class ServerRunner:
                                  f"last lines of {log_path}:\n{tail}")
         self._healthy_once = True
         self.check_server(self._base, session)
+        self._facts = self.server_facts(self._base)
 
     @staticmethod
     def _host_port(cmd: list[str]) -> tuple[str, str]:
