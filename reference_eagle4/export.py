@@ -44,21 +44,33 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 DROPPED_KEYS = ("lowrank.A", "lowrank.B")
 
 
-def target_head(target_folder: str | Path) -> Tensor:
-    """The target's lm_head weight [V, H] read from its safetensors (the embedding when tied)."""
+def target_tensors(target_folder: str | Path) -> dict[str, Tensor]:
+    """The target's `lm_head.weight` and `model.embed_tokens.weight`, those of them its *.safetensors hold."""
     from safetensors import safe_open
 
-    folder = Path(target_folder)
     found: dict[str, Tensor] = {}
-    for f in sorted(folder.glob("*.safetensors")):
+    for f in sorted(Path(target_folder).glob("*.safetensors")):
         with safe_open(str(f), framework="pt") as fh:
             for key in ("lm_head.weight", "model.embed_tokens.weight"):
                 if key in fh.keys() and key not in found:
                     found[key] = fh.get_tensor(key)
+    return found
+
+
+def target_head(target_folder: str | Path) -> Tensor:
+    """The target's lm_head weight [V, H] read from its safetensors (the embedding when tied)."""
+    found = target_tensors(target_folder)
     head = found.get("lm_head.weight", found.get("model.embed_tokens.weight"))
     if head is None:
-        raise ValueError(f"{folder}: no lm_head.weight or model.embed_tokens.weight in *.safetensors")
+        raise ValueError(f"{target_folder}: no lm_head.weight or model.embed_tokens.weight in *.safetensors")
     return head
+
+
+def target_config(target_folder: str | Path | None) -> dict[str, Any] | None:
+    """The target's config.json (None without a folder or a config)."""
+    if target_folder is None or not (Path(target_folder) / "config.json").exists():
+        return None
+    return json.loads((Path(target_folder) / "config.json").read_text())
 
 
 def eagle3_config(drafter: Eagle4Drafter, dtype: torch.dtype, target_config: dict[str, Any] | None = None,
@@ -130,9 +142,7 @@ def export_eagle3(drafter_dir: str | Path, out_dir: str | Path, target_folder: s
     dt = DTYPES[dtype] if isinstance(dtype, str) else dtype
     drafter = load_drafter(drafter_dir)
     head = target_head(target_folder) if target_folder is not None else None
-    target_cfg = None
-    if target_folder is not None and (Path(target_folder) / "config.json").exists():
-        target_cfg = json.loads((Path(target_folder) / "config.json").read_text())
+    target_cfg = target_config(target_folder)
     state = export_state(drafter, head, dt)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

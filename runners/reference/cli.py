@@ -1,4 +1,5 @@
-"""The reference engine's own commands: methods, calibrate, ablate, peers, export-eagle3, train, datastore, serve.
+"""The reference engine's own commands: methods, calibrate, ablate, peers, export-eagle3, export-dflash, train,
+datastore, serve.
 
 `specbench.cli` registers them through `specbench.runners.COMMANDS`. Each imports the engine inside its body,
 so `specbench --help` and the other engines' commands never load torch.
@@ -30,6 +31,7 @@ def register(app: typer.Typer) -> None:
     app.command()(ablate)
     app.command()(peers)
     app.command("export-eagle3")(export_eagle3)
+    app.command("export-dflash")(export_dflash)
     train_cli.register(app)
     serve_cli.register(app)
 
@@ -209,14 +211,10 @@ def export_eagle3(
     Example: specbench export-eagle3 reference_eagle4/drafters/smollm2-135m-eagle4 --out runs/eagle3-export
     """
     from reference_eagle4.export import DTYPES, export_eagle3 as export
-    from reference_eagle4.weights import WeightsError, resolve_target
 
     if dtype not in DTYPES:
         raise SpecbenchError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    try:
-        folder = resolve_target(target)
-    except WeightsError as err:
-        raise SpecbenchError(str(err)) from None
+    folder = _target_folder(target)
     try:
         path = export(drafter_dir, out, folder, dtype)
     except (FileNotFoundError, ValueError, KeyError) as err:
@@ -224,3 +222,47 @@ def export_eagle3(
     console.print(f"EAGLE-3 checkpoint: {path}  (vLLM: --speculative-config '{{\"method\": \"eagle3\", "
                   f"\"model\": \"{path}\", \"num_speculative_tokens\": N}}'; SGLang: --speculative-algorithm "
                   f"EAGLE3 --speculative-draft-model-path {path})")
+
+
+def _target_folder(target: str) -> Path:
+    """The target's HF folder (a GGUF converted once), or one line saying why not."""
+    from reference_eagle4.weights import WeightsError, resolve_target
+
+    try:
+        return resolve_target(target)
+    except WeightsError as err:
+        raise SpecbenchError(str(err)) from None
+
+
+def export_dflash(
+    drafter_dir: Path = typer.Argument(..., help="DFlash or DSpark drafter folder (config.json + model.safetensors)."),
+    out: Path = typer.Option(..., help="Folder to write the vLLM checkpoint to."),
+    target: str = typer.Option("smollm2-135m", help="The drafter's target (its embedding and lm_head rows)."),
+    method: Optional[str] = typer.Option(None, help="vLLM method to export for: dflash or dspark (default: the "
+                                         "drafter's kind; dflash of a DSpark drafter exports its backbone)."),
+    dtype: str = typer.Option("bfloat16", help="bfloat16 or float32 (float16 cannot hold the q/k scaling)."),
+    mask_token_id: Optional[int] = typer.Option(None, help="Target token id whose slot carries the MASK vector "
+                                                "(default: a special token no prompt or chat template uses)."),
+) -> None:
+    """Export a DFlash / DSpark drafter for vLLM 0.33.0 (method dflash: DFlashDraftModel; dspark: Qwen3DSparkModel).
+
+    Exact up to rounding at num_speculative_tokens = block_size - 1 (vLLM's q/k norms held in their linear regime).
+
+    Example: specbench export-dflash reference_eagle4/drafters/smollm2-135m-dflash --out runs/dflash-export
+    """
+    from reference_eagle4.export_dflash import export_dflash as export
+
+    folder = _target_folder(target)
+    try:
+        path = export(drafter_dir, out, folder, method=method, dtype=dtype, mask_token_id=mask_token_id)
+    except (FileNotFoundError, ValueError, KeyError) as err:
+        raise SpecbenchError(str(err)) from None
+    cfg = json.loads((path / "config.json").read_text())
+    kind, block = cfg["specbench_export"]["method"], cfg["block_size"]
+    console.print(f"vLLM {kind} checkpoint: {path}  (--speculative-config '{{\"method\": \"{kind}\", \"model\": "
+                  f"\"{path}\", \"num_speculative_tokens\": {block - 1}}}'; specbench: --engine vllm --method "
+                  f"{kind} --option drafter={path} --budget {block})", markup=False, highlight=False)
+    console.print(f"drafts as the reference engine's {kind} at --budget {block} (its block), up to rounding; a smaller "
+                  "budget runs a shorter non-causal block in vLLM, so its drafts differ. Serve in bfloat16 or float32, "
+                  "never float16." + (" Verified lengths follow vLLM's adaptive verification, not our cost table."
+                                      if kind == "dspark" else ""), markup=False, highlight=False)
