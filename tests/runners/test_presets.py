@@ -13,7 +13,7 @@ from specbench.runners.presets import preset_commands
 from specbench.errors import SpecbenchError
 
 cli = CliRunner()
-VLLM = "python -m vllm.entrypoints.openai.api_server --model \"$TARGET\" --host 0.0.0.0 --port 8000 " \
+VLLM = "env VLLM_SERVER_DEV_MODE=1 python -m vllm.entrypoints.openai.api_server --model \"$TARGET\" --host 0.0.0.0 --port 8000 " \
        "--tensor-parallel-size 4 --dtype bfloat16"
 SGLANG = "python -m sglang.launch_server --model-path \"$TARGET\" --host 0.0.0.0 --port 30000 --tp 4 --dtype bfloat16"
 
@@ -27,9 +27,11 @@ SGLANG = "python -m sglang.launch_server --model-path \"$TARGET\" --host 0.0.0.0
     ("vllm", "eagle4-chain", None, VLLM + " --speculative-config \"{\\\"method\\\": \\\"eagle3\\\", \\\"model\\\": "
      "\\\"$DRAFTER\\\", \\\"num_speculative_tokens\\\": 7}\" --per-request-spec-decode-metrics detailed"),
     ("vllm", "dflash", "/ckpt/dflash", VLLM + " --speculative-config '{\"method\": \"dflash\", \"model\": "
-     "\"/ckpt/dflash\", \"num_speculative_tokens\": 7}' --per-request-spec-decode-metrics detailed"),
+     "\"/ckpt/dflash\", \"num_speculative_tokens\": 7, \"attention_backend\": \"flash_attn\"}' "
+     "--per-request-spec-decode-metrics detailed --max-num-batched-tokens 32768"),
     ("vllm", "dspark", "/ckpt/dspark", VLLM + " --speculative-config '{\"method\": \"dspark\", \"model\": "
-     "\"/ckpt/dspark\", \"num_speculative_tokens\": 7}' --per-request-spec-decode-metrics detailed"),
+     "\"/ckpt/dspark\", \"num_speculative_tokens\": 7, \"enable_adaptive_verification\": true}' "
+     "--per-request-spec-decode-metrics detailed --max-num-batched-tokens 32768"),
     ("vllm", "draft_model", "/ckpt/small", VLLM + " --speculative-config '{\"method\": \"draft_model\", \"model\": "
      "\"/ckpt/small\", \"num_speculative_tokens\": 7}' --per-request-spec-decode-metrics detailed"),
     ("sglang", "vanilla", None, SGLANG),

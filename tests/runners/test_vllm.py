@@ -229,3 +229,25 @@ def test_compare_launches_one_server_per_method_in_turn(tiny_target, tmp_path, m
     assert "engine_counters" not in read_manifest(out / "vanilla-L1-C1")        # vanilla vLLM has no counters
     assert read_manifest(out / "ngram-L4-C1")["engine_counters"]["summary"]["al"] > 1
     assert (out / "ngram-L4-C1" / "server.log").exists() and (tmp_path / "report" / "index.html").exists()
+
+
+def test_flush_cache_empties_the_served_prefix_cache(served):
+    """`specbench serve` answers vLLM's POST /reset_prefix_cache: a prompt sent again after the flush prefills
+    whole, where before it reused its cached prefix."""
+    import httpx
+
+    from specbench.runners.vllm import VllmRunner
+
+    prefix = served.service.engine.prefix
+
+    def send() -> int:
+        hits = prefix.stats()["hit_tokens"]
+        r = httpx.post(served.url + "/v1/completions", json={"prompt": "a red fox in the snow", "max_tokens": 2},
+                       timeout=60)
+        assert r.status_code == 200
+        return prefix.stats()["hit_tokens"] - hits
+
+    send()
+    assert send() > 0                                               # cached: the repeat reuses its prefix
+    VllmRunner("m", endpoint=served.url).flush_cache(served.url)
+    assert send() == 0
