@@ -10,6 +10,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from specbench import data_cli, report_cli, run_cli
 from specbench.errors import SpecbenchError
@@ -33,7 +34,8 @@ def main() -> None:
     try:
         app()
     except SpecbenchError as err:
-        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {err}", highlight=False)
+        # A Text, not markup: messages quote user input, where `[x]` or `hf:a:b` must print as written.
+        Console(stderr=True, soft_wrap=True).print(Text.assemble(("error:", "bold red"), f" {err}"))
         sys.exit(2)
 
 

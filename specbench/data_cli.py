@@ -10,14 +10,16 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from specbench import exporters, importers, schema
-from specbench.dataset import bundled_names, load_rows, summary
+from specbench import exporters, importers
+from specbench.dataset import bundled_names, load_rows, read_set, summary
 
 app = typer.Typer(
     help="Prompt sets: list the bundled ones, show rows, validate a file, export to Spec-Bench or the Hub, "
     "import public prompt files.\n\nNAME is a bundled set (prompt-enhancement, fireworks), a .jsonl/.parquet "
-    "file, or hf:<repo_id>[:<split>] (hf:<repo_id>:<config>:<split> for a repo with several configs).",
+    "file (Spec-Bench and MT-Bench question.jsonl load as they are), a folder of such shards, or "
+    "hf:<repo_id>[:<split>] (hf:<repo_id>:<config>:<split> for a repo with several configs).",
     no_args_is_help=True,
 )
 
@@ -73,30 +75,33 @@ def show(
     for column in ("question_id", "category", "family", "prompt"):
         table.add_column(column, overflow="fold")
     for row in rows:
-        text = _cut(row.prompt)
+        # Text cells, not strings: rich would read brackets as markup and `:name:` as an emoji code.
+        text = Text(_cut(row.prompt))
         if row.image_caption is not None:
-            text += f"\n[dim]image: {_cut(row.image_caption)}[/dim]"
-        table.add_row(row.question_id, row.category, row.source_dataset, text)
+            text.append(f"\nimage: {_cut(row.image_caption)}", style="dim")
+        table.add_row(Text(row.question_id), Text(row.category), Text(row.source_dataset), text)
     Console().print(table)
 
 
 def _cut(text: str) -> str:
-    text = " ".join(text.split()).replace("[", "\\[")
+    text = " ".join(text.split())
     return text if len(text) <= _PROMPT_CHARS else text[: _PROMPT_CHARS - 1] + "…"
 
 
 @app.command()
 def validate(
-    path: Annotated[Path, typer.Argument(help="A .jsonl or .parquet file in the specbench row schema.")],
+    name: Annotated[
+        str, typer.Argument(help="Bundled set, .jsonl/.parquet file, folder of shards or hf:<repo_id>[:<split>].")
+    ],
 ) -> None:
-    """Check every row of a file; exit 0 with one OK line, or exit 2 printing PATH:LINE: problem for each."""
-    records, problems = schema.read_file(path)
+    """Check every row of a prompt set; exit 0 with one OK line, or exit 2 printing WHERE:LINE: problem for each."""
+    records, problems = read_set(name)
     if problems:
         for problem in problems:
             typer.echo(problem)
-        typer.echo(f"{path}: {len(problems)} problem(s) in {len(records)} row(s)", err=True)
+        typer.echo(f"{name}: {len(problems)} problem(s) in {len(records)} row(s)", err=True)
         raise typer.Exit(code=2)
-    typer.echo(f"OK {path}: {len(records)} rows")
+    typer.echo(f"OK {name}: {len(records)} rows")
 
 
 @app.command()
@@ -113,9 +118,14 @@ def export(
     rows = load_rows(name)
     if fmt is ExportFormat.spec_bench:
         written = exporters.export_spec_bench(rows, out)
+        # vLLM's spec_bench loader sends turns[0] alone (vllm/benchmarks/datasets/datasets.py, SpecBench.load_data).
+        typer.echo("warning: Spec-Bench's question.jsonl carries no system prompt, so engines reading it (vLLM's "
+                   "spec_bench loader) send the user turn alone, without the enhancer system prompts specbench "
+                   "sends; `--format hub` keeps them", err=True)
     else:
-        license = "cc-by-4.0" if name in bundled_names() else "unknown"
-        written = exporters.export_hub(rows, out, name=Path(name).stem, split=split, license=license)
+        bundled = name in bundled_names()
+        written = exporters.export_hub(rows, out, name=Path(name).stem, split=split,
+                                       license="cc-by-4.0" if bundled else "unknown", bundled=bundled)
     typer.echo(f"wrote {len(rows)} rows to {written}")
 
 

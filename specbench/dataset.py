@@ -6,6 +6,7 @@ row the same way `validate` reports it, and the rows a benchmark sees never depe
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from collections import Counter
@@ -16,6 +17,8 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from specbench import schema
 from specbench.errors import SpecbenchError
@@ -64,6 +67,30 @@ BUNDLED = ("fireworks", "prompt-enhancement")
 def bundled_names() -> list[str]:
     """Names of the prompt sets shipped in the package (data/<name>.jsonl)."""
     return list(BUNDLED)
+
+
+def bundled_card() -> tuple[dict[str, Any], str]:
+    """The bundled dataset card (data/README.md) as its YAML header and its Markdown body."""
+    card = resources.files(_BUNDLE).joinpath("README.md").read_text(encoding="utf-8")
+    _, header, body = card.split("---\n", 2)
+    return yaml.safe_load(header), body
+
+
+@lru_cache(maxsize=1)
+def bundled_version() -> str:
+    """The bundled sets' release, read from the dataset card's `dataset_version` (the one place it is stated)."""
+    return str(bundled_card()[0]["dataset_version"])
+
+
+def dataset_version(spec: str) -> str:
+    """What a run manifest records of its prompts: the bundled release, or a digest of another set's rows.
+
+    A digest names the rows themselves, so two runs on a user's file compare only when the file did not change.
+    """
+    if spec in bundled_names():
+        return bundled_version()
+    rows = json.dumps([row.to_dict() for row in _resolve(spec)], sort_keys=True, ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(rows.encode("utf-8")).hexdigest()[:16]
 
 
 @lru_cache(maxsize=1)
@@ -138,19 +165,59 @@ def summary(rows: list[Row]) -> dict[str, Any]:
     }
 
 
-def _resolve(spec: str) -> list[Row]:
-    if spec.startswith(_HF_PREFIX):
-        return _load_hub(spec)
-    if spec in bundled_names():
-        with _bundled_path(spec) as path:
-            return _load_file(path)
+def read_set(spec: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Decode a set from any source into normalised records and every problem as `WHERE:LINE: problem`.
+
+    spec is what load_rows takes, or a folder of .jsonl/.parquet shards (read in name order as one set).
+    Records come back even when there are problems, so `specbench data validate` can count them; a set with
+    no rows is a problem too (a benchmark of nothing would pass silently).
+    """
+    known_prompts = set(_bundled_system_prompts())
     path = Path(spec)
-    if path.suffix in (".jsonl", ".parquet") and path.is_file():
-        return _load_file(path)
-    raise SpecbenchError(
-        f"unknown dataset '{spec}': not a bundled set ({', '.join(bundled_names())}), "
-        "not an existing .jsonl/.parquet file, and not hf:<repo_id>[:<split>]"
-    )
+    if spec.startswith(_HF_PREFIX):
+        records = [schema.normalise(record, spec[len(_HF_PREFIX):]) for record in _hub_records(spec)]
+        problems = schema.validate_records(enumerate(records, start=1), spec, known_prompts)
+    elif spec in bundled_names():
+        with _bundled_path(spec) as bundled:
+            records, problems = schema.read_file(bundled, known_prompts)
+    elif path.is_dir():
+        records, problems = _read_shards(path, known_prompts)
+    elif path.is_file():
+        records, problems = schema.read_file(path, known_prompts)
+    else:
+        raise SpecbenchError(
+            f"unknown dataset '{spec}': not a bundled set ({', '.join(bundled_names())}), not an existing "
+            ".jsonl/.parquet file or folder of them, and not hf:<repo_id>[:<split>]"
+        )
+    if not records and not problems:
+        problems = [f"{spec}: holds no rows"]
+    return records, problems
+
+
+def _read_shards(folder: Path, known_prompts: set[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every .jsonl/.parquet file under `folder` as one set: each shard checked, ids unique across shards."""
+    shards = sorted(path for path in folder.rglob("*") if path.suffix in (".jsonl", ".parquet") and path.is_file())
+    if not shards:
+        raise SpecbenchError(f"{folder}: a folder with no .jsonl or .parquet shards")
+    records: list[dict[str, Any]] = []
+    problems: list[str] = []
+    first_shard: dict[str, Path] = {}
+    for shard in shards:
+        shard_records, shard_problems = schema.read_file(shard, known_prompts)
+        problems += shard_problems
+        for number, record in enumerate(shard_records, start=1):
+            question_id = record.get("question_id") if isinstance(record, dict) else None
+            if isinstance(question_id, str) and first_shard.setdefault(question_id, shard) != shard:
+                problems.append(f"{shard}: row {number}: duplicate question_id '{question_id}' "
+                                f"(also in {first_shard[question_id]})")
+        records += shard_records
+    return records, problems
+
+
+def _resolve(spec: str) -> list[Row]:
+    records, problems = read_set(spec)
+    _refuse(problems, spec)
+    return [Row.from_dict(record) for record in records]
 
 
 @contextmanager
@@ -158,12 +225,6 @@ def _bundled_path(name: str) -> Iterator[Path]:
     """A filesystem path to a bundled set, even when the package is installed as a zip."""
     with resources.as_file(resources.files(_BUNDLE).joinpath(f"{name}.jsonl")) as path:
         yield path
-
-
-def _load_file(path: Path) -> list[Row]:
-    records, problems = schema.read_file(path)
-    _refuse(problems, str(path))
-    return [Row.from_dict(record) for record in records]
 
 
 def _refuse(problems: list[str], where: str, shown: int = 20) -> None:
@@ -175,7 +236,7 @@ def _refuse(problems: list[str], where: str, shown: int = 20) -> None:
                              + "\n".join(problems[:shown]) + tail)
 
 
-def _load_hub(spec: str) -> list[Row]:
+def _hub_records(spec: str) -> list[dict[str, Any]]:
     """Load through `datasets`, which caches downloads and honours HF_HUB_OFFLINE; failures become one line."""
     parts = spec[len(_HF_PREFIX) :].split(":")
     if not parts[0] or len(parts) > 3:
@@ -195,9 +256,7 @@ def _load_hub(spec: str) -> list[Row]:
         if len(loaded) != 1:
             raise SpecbenchError(f"{repo_id} has splits {', '.join(loaded)}: name one as hf:{repo_id}:<split>")
         loaded = next(iter(loaded.values()))
-    records = list(loaded)
-    _refuse(schema.validate_records(enumerate(records, start=1), spec), spec)
-    return [Row.from_dict(record) for record in records]
+    return list(loaded)
 
 
 def _network_hint(err: Exception) -> str:

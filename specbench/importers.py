@@ -26,34 +26,18 @@ def import_spec_bench(path: Path, source: str = "spec-bench") -> list[Row]:
     """Spec-Bench or MT-Bench `question.jsonl`: {question_id, category, turns[, reference]} per line.
 
     Lines written by our Spec-Bench exporter also carry our other fields; those are read back, and a caption
-    the exporter pasted into turns[0] is taken out again, so an export re-imports to the identical rows.
-    MT-Bench gives `reference` as one answer per turn; we keep the first turn's (the turn that is benchmarked).
+    the exporter pasted into turns[0] is taken out again, so an export re-imports to the identical rows. Keys
+    outside our schema are dropped. The conversion is the loader's own (schema.normalise), so `--dataset
+    question.jsonl` gives the same rows.
     """
 
     def convert(_: int, text: str) -> dict[str, Any]:
         item = _require(_json_object(text), "question_id", "category", "turns")
-        turns, question_id = item["turns"], item["question_id"]
-        if not isinstance(turns, list) or not turns:
+        if not isinstance(item["turns"], list) or not item["turns"]:
             raise _Bad("'turns' must be a non-empty list of strings")
-        if not isinstance(question_id, (str, int)) or isinstance(question_id, bool):
-            raise _Bad(f"'question_id' must be a string or an integer, got {type(question_id).__name__}")
-        prompt, caption = item.get("prompt", turns[0]), item.get("image_caption")
-        if isinstance(caption, str) and turns[0] == schema.paste_caption(prompt, caption):
-            turns = [prompt, *turns[1:]]
-        reference = item.get("reference")
-        if isinstance(reference, list):
-            reference = reference[0] if reference else None
-        return {
-            "question_id": str(question_id),
-            "category": item["category"],
-            "source_dataset": item.get("source_dataset", source),
-            "prompt": prompt,
-            "turns": turns,
-            "system_prompt_id": item.get("system_prompt_id"),
-            "image": item.get("image"),
-            "image_caption": caption,
-            "reference": reference,
-        }
+        if not isinstance(item["question_id"], (str, int)) or isinstance(item["question_id"], bool):
+            raise _Bad(f"'question_id' must be a string or an integer, got {type(item['question_id']).__name__}")
+        return schema.normalise({name: value for name, value in item.items() if name in schema.FIELDS}, source)
 
     return _convert(_lines(path), convert, path)
 

@@ -29,6 +29,7 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from specbench.analysis.metrics import method_label
+from specbench.dataset import dataset_version
 from specbench.errors import SpecbenchError
 from specbench.machine_load import LoadMeter, warning
 from specbench.records import RecordWriter, read_manifest, write_manifest
@@ -63,6 +64,7 @@ def manifest(run_id: str, job: Job, settings: Settings, runner: Runner, method_c
         "command": shlex.join(["specbench", *sys.argv[1:]]),
         "compare_id": compare_id,
         "dataset": job.dataset,
+        "dataset_version": dataset_version(job.dataset),
         "categories": job.categories,
         "limit": job.limit,
         "n_requests": n_requests,

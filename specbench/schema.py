@@ -7,7 +7,7 @@ and every problem is reported as `WHERE:LINE: what is wrong` so that a bad row i
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ FIELDS = (
 IMAGE_KEYS = ("source", "name", "url")
 
 CREATIVE_CATEGORIES = ("text-to-video", "image-to-video", "text-to-image", "image-to-image")
+IMAGE_CATEGORIES = ("image-to-video", "image-to-image")
 GENERAL_CATEGORIES = ("chat", "code", "stem", "math", "coding-long")
 # What the importers produce: Spec-Bench (MT-Bench's eight plus five task categories).
 IMPORTED_CATEGORIES = (
@@ -46,11 +47,43 @@ KNOWN_CATEGORIES = frozenset(CREATIVE_CATEGORIES + GENERAL_CATEGORIES + IMPORTED
 
 _REQUIRED_STR = ("question_id", "category", "source_dataset", "prompt")
 _OPTIONAL_STR = ("system_prompt_id", "image_caption", "reference")
+OPTIONAL_FIELDS = ("system_prompt_id", "image", "image_caption", "reference")
 
 
 def paste_caption(prompt: str, caption: str) -> str:
     """The user turn a text-only target sees for an image row: the request plus what the image shows."""
     return f"user_prompt: {prompt}\nimage_caption: {caption}"
+
+
+def normalise(record: Any, source: str) -> Any:
+    """A row as users have it, in the full schema: Spec-Bench / MT-Bench lines and rows that leave fields out.
+
+    Integer ids become strings, `prompt` is the first turn (and `turns` the prompt) when one is missing, a
+    caption our Spec-Bench export pasted into turns[0] is taken out again, MT-Bench's per-turn `reference` list
+    keeps the first turn's answer (the turn that is benchmarked), a missing `source_dataset` is `source`, and
+    absent optional fields are null. Anything else is left for row_problems to report.
+    """
+    if not isinstance(record, dict):
+        return record
+    row = dict(record)
+    question_id = row.get("question_id")
+    if isinstance(question_id, int) and not isinstance(question_id, bool):
+        row["question_id"] = str(question_id)
+    turns = row.get("turns")
+    if "prompt" not in row and isinstance(turns, list) and turns and isinstance(turns[0], str):
+        row["prompt"] = turns[0]
+    if "turns" not in row and isinstance(row.get("prompt"), str):
+        row["turns"] = [row["prompt"]]
+    caption, turns = row.get("image_caption"), row.get("turns")
+    if isinstance(caption, str) and isinstance(turns, list) and turns and isinstance(row.get("prompt"), str) \
+            and turns[0] == paste_caption(row["prompt"], caption):
+        row["turns"] = [row["prompt"], *turns[1:]]
+    if isinstance(row.get("reference"), list):
+        row["reference"] = row["reference"][0] if row["reference"] else None
+    row.setdefault("source_dataset", source)
+    for name in OPTIONAL_FIELDS:
+        row.setdefault(name, None)
+    return row
 
 
 def row_problems(record: Any) -> list[str]:
@@ -86,6 +119,8 @@ def _content_problems(record: dict[str, Any]) -> list[str]:
         problems += _turn_problems(record["turns"], record.get("prompt"), caption)
     if record.get("image") is not None:
         problems += _image_problems(record["image"])
+    elif category in IMAGE_CATEGORIES and caption is None:
+        problems.append("image row with neither 'image' nor 'image_caption' (a text-only target would see no input)")
     return problems
 
 
@@ -121,17 +156,29 @@ def _type(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def validate_records(records: Iterable[tuple[int, Any]], where: str) -> list[str]:
+def validate_records(
+    records: Iterable[tuple[int, Any]], where: str, system_prompt_ids: Collection[str] | None = None
+) -> list[str]:
     """Problems of numbered rows from one source, duplicate ids included, as `WHERE:LINE: problem`."""
-    return [f"{where}:{line}: {problem}" for line, problem in numbered_problems(records)]
+    return [f"{where}:{line}: {problem}" for line, problem in numbered_problems(records, system_prompt_ids)]
 
 
-def numbered_problems(records: Iterable[tuple[int, Any]]) -> list[tuple[int, str]]:
-    """(line, problem) for numbered rows, duplicate ids included, for callers that merge other problems in."""
+def numbered_problems(
+    records: Iterable[tuple[int, Any]], system_prompt_ids: Collection[str] | None = None
+) -> list[tuple[int, str]]:
+    """(line, problem) for numbered rows, duplicate ids included, for callers that merge other problems in.
+
+    With `system_prompt_ids`, a row naming a system prompt outside them is a problem too (it would fail only
+    when a run reaches it).
+    """
     problems = []
     first_seen: dict[str, int] = {}
     for line, record in records:
         problems += [(line, problem) for problem in row_problems(record)]
+        prompt_id = record.get("system_prompt_id") if isinstance(record, dict) else None
+        if system_prompt_ids is not None and isinstance(prompt_id, str) and prompt_id not in system_prompt_ids:
+            have = ", ".join(sorted(system_prompt_ids))
+            problems.append((line, f"unknown system_prompt_id '{prompt_id}' (have: {have})"))
         question_id = record.get("question_id") if isinstance(record, dict) else None
         if not isinstance(question_id, str):
             continue
@@ -142,8 +189,15 @@ def numbered_problems(records: Iterable[tuple[int, Any]]) -> list[tuple[int, str
     return problems
 
 
-def read_file(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Decode a .jsonl or .parquet file into rows and list its problems in file order (empty when valid).
+def default_source(path: Path) -> str:
+    """The source_dataset of rows that name none: the file's stem, or its folder for Spec-Bench's question.jsonl."""
+    return (path.parent.name or path.stem) if path.stem == "question" else path.stem
+
+
+def read_file(
+    path: str | Path, system_prompt_ids: Collection[str] | None = None
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Decode a .jsonl or .parquet file into normalised rows and list its problems in file order (empty when valid).
 
     Rows are returned even when there are problems so that a caller can count them, but the loader refuses
     any file with a problem. Blank JSONL lines hold no row and are skipped.
@@ -156,15 +210,24 @@ def read_file(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
     elif path.suffix == ".parquet":
         numbered, problems = _decode_parquet(path), []
     else:
-        raise SpecbenchError(f"{path}: expected a .jsonl or .parquet file")
-    problems += numbered_problems(numbered)
+        raise SpecbenchError(f"{path}: expected a .jsonl or .parquet file{_import_hint(path)}")
+    numbered = [(line, normalise(record, default_source(path))) for line, record in numbered]
+    problems += numbered_problems(numbered, system_prompt_ids)
     problems.sort(key=lambda item: item[0])
     return [record for _, record in numbered], [f"{path}:{line}: {problem}" for line, problem in problems]
 
 
-def validate_file(path: str | Path) -> list[str]:
+def _import_hint(path: Path) -> str:
+    """Published prompt files in other formats convert with `specbench data import`."""
+    if path.suffix in (".json", ".tsv", ".csv", ".txt"):
+        return (f" (a VBench .json, PartiPrompts .tsv or other published format converts with "
+                f"`specbench data import KIND {path} --out rows.jsonl`)")
+    return ""
+
+
+def validate_file(path: str | Path, system_prompt_ids: Collection[str] | None = None) -> list[str]:
     """`PATH:LINE: what is wrong` for every bad row of a .jsonl or .parquet file; empty when it is valid."""
-    return read_file(path)[1]
+    return read_file(path, system_prompt_ids)[1]
 
 
 def _decode_jsonl(path: Path) -> tuple[list[tuple[int, Any]], list[tuple[int, str]]]:

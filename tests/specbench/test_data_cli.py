@@ -1,6 +1,9 @@
 """`specbench data ...` through typer's CliRunner: list, show, validate, export, import."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -131,3 +134,110 @@ def test_every_command_has_help(command):
     result = runner.invoke(app, [command, "--help"])
     assert result.exit_code == 0
     assert callback.__doc__.splitlines()[0] in " ".join(result.stdout.split())
+
+
+# --- validate: what users have -------------------------------------------------------------------------------
+
+
+def write_lines(path, items):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(item) + "\n" for item in items), encoding="utf-8")
+    return path
+
+
+def test_validate_takes_a_spec_bench_question_file_as_it_is(tmp_path):
+    """Spec-Bench's own lines: integer ids, no prompt, none of our optional fields."""
+    path = write_lines(tmp_path / "spec_bench" / "question.jsonl", [
+        {"question_id": 1, "category": "writing", "turns": ["Write a short note to a neighbour."]},
+        {"question_id": 2, "category": "summarization", "turns": ["Summarize: the river rose overnight."]},
+    ])
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"OK {path}: 2 rows\n"
+
+
+def test_validate_takes_an_mt_bench_file_with_per_turn_references(tmp_path):
+    path = write_lines(tmp_path / "mt_bench" / "question.jsonl", [
+        {"question_id": 111, "category": "math", "turns": ["What is 3*4?", "And 3*5?"], "reference": ["12", "15"]},
+        {"question_id": 81, "category": "writing", "turns": ["Write a haiku.", "Now in French."]},
+    ])
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+
+
+def test_validate_rejects_an_empty_file(tmp_path):
+    path = tmp_path / "empty.jsonl"
+    path.write_text("\n")
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2
+    assert result.stdout == f"{path}: holds no rows\n"
+
+
+def test_validate_takes_a_folder_of_shards_as_one_set(tmp_path):
+    write_lines(tmp_path / "set" / "data" / "test-00000.jsonl", [good_record("q1"), good_record("q2")])
+    write_lines(tmp_path / "set" / "data" / "test-00001.jsonl", [good_record("q3")])
+    result = runner.invoke(app, ["validate", str(tmp_path / "set")])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"OK {tmp_path / 'set'}: 3 rows\n"
+
+    write_lines(tmp_path / "set" / "data" / "test-00002.jsonl", [good_record("q2")])
+    result = runner.invoke(app, ["validate", str(tmp_path / "set")])
+    assert result.exit_code == 2
+    assert "test-00002.jsonl: row 1: duplicate question_id 'q2' (also in " in result.stdout
+
+
+def test_validate_names_an_unknown_system_prompt_id(tmp_path):
+    path = write_lines(tmp_path / "rows.jsonl", [good_record("q1"), good_record("q2") | {"system_prompt_id": "poet"}])
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2
+    assert result.stdout.startswith(f"{path}:2: unknown system_prompt_id 'poet' (have: general, image-to-image, ")
+
+
+def test_validate_names_an_image_row_without_image_or_caption(tmp_path):
+    row = Row("i1", "image-to-video", "fixture", "orbit around it", ("orbit around it",)).to_dict()
+    path = write_lines(tmp_path / "rows.jsonl", [row])
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2
+    assert result.stdout == f"{path}:1: image row with neither 'image' nor 'image_caption' (a text-only target would see no input)\n"
+
+
+def test_validate_a_bundled_set_by_name():
+    result = runner.invoke(app, ["validate", "fireworks"])
+    assert result.exit_code == 0 and result.stdout == "OK fireworks: 138 rows\n"
+
+
+def test_validate_an_hf_id_without_the_hub_says_so_in_one_line(tmp_path):
+    """A fresh process with HF_HUB_OFFLINE set, as a machine without a network runs it: never 'no such file'."""
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "COLUMNS": "400"}
+    done = subprocess.run([sys.executable, "-m", "specbench.cli", "data", "validate", "hf:specbench-tests/absent:test"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "no such file" not in errors[0]
+    assert "cannot load Hugging Face dataset 'specbench-tests/absent' (HF_HUB_OFFLINE is set" in errors[0]
+
+
+def test_errors_print_as_written(tmp_path, monkeypatch, capsys):
+    """rich would turn `:a:` into an emoji and eat `[b]` as markup; the message must reach the user unchanged."""
+    from specbench import cli
+
+    spec = "hf:a:b:c:d [b]:smile:"
+    monkeypatch.setattr(sys, "argv", ["specbench", "data", "validate", spec])
+    with pytest.raises(SystemExit) as stopped:
+        cli.main()
+    assert stopped.value.code == 2
+    assert f"bad Hub spec '{spec}'" in " ".join(capsys.readouterr().err.split())
+
+
+def test_show_prints_prompts_as_written(tmp_path):
+    prompt = "hf:a:b says :smile: and [bold]hi[/bold]"
+    path = write_lines(tmp_path / "rows.jsonl", [good_record("q1", prompt=prompt)])
+    result = runner.invoke(app, ["show", str(path)], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert prompt in result.stdout
+
+
+def test_spec_bench_export_warns_that_system_prompts_stay_behind(tmp_path):
+    result = runner.invoke(app, ["export", "prompt-enhancement", "-f", "spec-bench", "-o", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith("warning: Spec-Bench's question.jsonl carries no system prompt")

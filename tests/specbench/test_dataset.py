@@ -107,6 +107,14 @@ def test_bad_limit_and_unknown_spec(jsonl, tmp_path):
         load_rows(str(tmp_path / "missing.jsonl"))
 
 
+def test_unknown_system_prompt_id_is_refused_when_the_set_loads(tmp_path):
+    """Not only when a run reaches the row."""
+    path = tmp_path / "set.jsonl"
+    path.write_text(json.dumps(make_row(1, system_prompt_id="poet").to_dict()) + "\n", encoding="utf-8")
+    with pytest.raises(SpecbenchError, match=f"{path}:1: unknown system_prompt_id 'poet'"):
+        load_rows(str(path))
+
+
 def test_invalid_file_is_refused_with_every_problem(tmp_path):
     path = tmp_path / "bad.jsonl"
     good = make_row(1).to_dict()
@@ -117,6 +125,55 @@ def test_invalid_file_is_refused_with_every_problem(tmp_path):
     assert "3 problem(s)" in message
     for line in (2, 3, 4):
         assert f"{path}:{line}:" in message
+
+
+def test_spec_bench_and_mt_bench_files_load_as_they_are(tmp_path):
+    """`--dataset question.jsonl` straight from Spec-Bench or MT-Bench: the same rows `data import` gives."""
+    path = tmp_path / "mt_bench" / "question.jsonl"
+    path.parent.mkdir()
+    lines = [{"question_id": 81, "category": "writing", "turns": ["Write a haiku about tea.", "Now make it rhyme."]},
+             {"question_id": 111, "category": "math", "turns": ["What is 3*4?", "And 3*5?"], "reference": ["12", "15"]}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    rows = load_rows(str(path))
+    assert rows[0] == Row("81", "writing", "mt_bench", "Write a haiku about tea.",
+                          ("Write a haiku about tea.", "Now make it rhyme."))
+    assert rows[1].reference == "12" and rows[1].image is None and rows[1].system_prompt_id is None
+    from specbench import importers
+
+    assert importers.import_file("spec-bench", path, source="mt_bench") == rows
+
+
+def test_a_folder_of_shards_loads_as_one_set(tmp_path, rows):
+    for number, part in enumerate((rows[:7], rows[7:])):
+        path = tmp_path / "set" / f"part-{number}.jsonl"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("".join(json.dumps(row.to_dict()) + "\n" for row in part), encoding="utf-8")
+    assert load_rows(str(tmp_path / "set")) == rows
+    (tmp_path / "none").mkdir()
+    with pytest.raises(SpecbenchError, match="a folder with no .jsonl or .parquet shards"):
+        load_rows(str(tmp_path / "none"))
+
+
+def test_an_empty_set_is_refused(tmp_path):
+    path = tmp_path / "empty.jsonl"
+    path.write_text("")
+    with pytest.raises(SpecbenchError, match="holds no rows"):
+        load_rows(str(path))
+
+
+def test_a_published_file_in_another_format_points_to_data_import(tmp_path):
+    path = tmp_path / "VBench_full_info.json"
+    path.write_text("[]")
+    with pytest.raises(SpecbenchError, match="specbench data import KIND"):
+        load_rows(str(path))
+
+
+def test_dataset_version_is_the_bundled_release_or_a_digest_of_the_rows(jsonl, rows):
+    assert dataset.dataset_version("fireworks") == card()[0]["dataset_version"] == dataset.bundled_version()
+    digest = dataset.dataset_version(str(jsonl))
+    assert digest.startswith("sha256:") and digest == dataset.dataset_version(str(jsonl))
+    jsonl.write_text("".join(json.dumps(row.to_dict()) + "\n" for row in rows[:-1]), encoding="utf-8")
+    assert dataset.dataset_version(str(jsonl)) != digest
 
 
 # --- chat messages -------------------------------------------------------------------------------------------
@@ -240,6 +297,8 @@ def card():
 def test_dataset_card_header_matches_the_files():
     header, _ = card()
     assert header["license"] == "cc-by-4.0"
+    for key in ("task_categories", "size_categories", "source_datasets", "annotations_creators", "language_creators"):
+        assert header[key], key
     configs = {config["config_name"]: config["data_files"] for config in header["configs"]}
     assert set(configs) == set(dataset.bundled_names())
     for name, files in configs.items():
@@ -253,6 +312,15 @@ def test_dataset_card_counts_match_the_data():
         assert f"### {name} ({len(rows)})" in body
         for (category, family), count in Counter((row.category, row.source_dataset) for row in rows).items():
             assert f"| {category} | {family} | {count} |" in body
+
+
+def test_dataset_card_says_what_the_sets_stand_for_first():
+    _, body = card()
+    first = body.split("\n\n")[1]
+    assert "authored stand-ins" in first and "fal's 400 prompt-enhancement" in first and "Fireworks' 138" in first
+    for section in ("## What differs from the originals", "## Running the originals", "## Out-of-scope use",
+                    "## Limitations", "## Citation"):
+        assert section in body
 
 
 def test_data_folder_loads_as_a_hub_repo_through_its_card(datasets_cache):

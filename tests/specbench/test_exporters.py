@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from specbench import exporters, importers, schema
-from specbench.dataset import Row, first_user_turn, load_rows
+from specbench.dataset import Row, bundled_version, chat_messages, first_user_turn, load_rows, system_prompts
 
 
 @pytest.fixture
@@ -19,7 +19,7 @@ def rows():
             image={"source": "local", "name": "street.png", "url": "https://example.org/street.png"},
             image_caption="A quiet street by day."),
         Row("i2", "image-to-video", "fixture-i2v", "orbit it", ("orbit it",), image_caption="A bronze statue."),
-        Row("m1", "math", "fixture-math", "What is 6*7?", ("What is 6*7?", "And 6*8?"), system_prompt_id="custom", reference="42"),
+        Row("m1", "math", "fixture-math", "What is 6*7?", ("What is 6*7?", "And 6*8?"), system_prompt_id="general", reference="42"),
     ]
 
 
@@ -86,6 +86,28 @@ def test_bundled_set_round_trips_through_the_hub_export(tmp_path, datasets_cache
     bundled = load_rows("prompt-enhancement")
     folder = exporters.export_hub(bundled, tmp_path / "hub", name="prompt-enhancement")
     assert [Row.from_dict(record) for record in datasets.load_dataset(str(folder), split="test")] == bundled
+
+
+def test_bundled_hub_export_carries_the_card_system_prompts_and_a_working_snippet(tmp_path, datasets_cache):
+    """The folder loads with datasets.load_dataset(folder); its card is the bundled card; the snippet builds the
+    same chat specbench sends."""
+    import datasets
+
+    bundled = load_rows("prompt-enhancement")
+    folder = exporters.export_hub(bundled, tmp_path / "hub", name="prompt-enhancement", license="cc-by-4.0",
+                                  bundled=True)
+    assert len(datasets.load_dataset(str(folder), split="test")) == 400
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    _, header, body = card.split("---\n", 2)
+    meta = yaml.safe_load(header)
+    assert meta["dataset_version"] == bundled_version() and meta["source_datasets"]
+    assert "authored stand-ins" in body and "## Limitations" in body and "## Training-prompt pool" not in body
+    assert json.loads((folder / "system_prompts.json").read_text(encoding="utf-8")) == system_prompts()
+    snippet = body.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace = {"system_prompts": system_prompts()}
+    exec(snippet[snippet.index("def messages"):], namespace)
+    for row in bundled[::50]:
+        assert namespace["messages"](row.to_dict()) == chat_messages(row)
 
 
 def test_dataset_card(rows):

@@ -6,6 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from specbench.cli import app
+from specbench.dataset import bundled_version
 from specbench.errors import SpecbenchError
 from specbench.records import read_manifest, read_records
 
@@ -30,6 +31,7 @@ def test_run_writes_manifest_and_one_record_per_request(tiny_target, tmp_path):
     m = read_manifest(out)
     assert (m["method"], m["budget"], m["concurrency"], m["dtype"]) == ("ngram", 4, 2, "float32")
     assert len(m["weights_sha256"]) == 64 and m["method_config"]["budget"] == 4
+    assert m["dataset_version"] == bundled_version()     # the bundled release the rows came from
 
 
 def test_run_keeps_c_requests_in_flight_until_the_queue_runs_dry(tiny_target, tmp_path, monkeypatch):

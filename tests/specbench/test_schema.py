@@ -75,6 +75,7 @@ def test_broken_line_duplicate_id_and_empty_prompt_are_all_named(tmp_path):
         ({"image_caption": ""}, "empty image_caption"),
         ({"question_id": " "}, "empty question_id"),
         ({"extra": 1}, "unknown field 'extra'"),
+        ({"category": "image-to-image"}, "image row with neither 'image' nor 'image_caption'"),
     ],
 )
 def test_each_kind_of_bad_row_is_reported(changes, expected):
@@ -86,6 +87,24 @@ def test_missing_fields_are_each_named():
     incomplete = record()
     del incomplete["reference"], incomplete["image"]
     assert schema.row_problems(incomplete) == ["missing field 'image'", "missing field 'reference'"]
+
+
+def test_normalise_fills_what_spec_bench_lines_leave_out():
+    line = {"question_id": 81, "category": "writing", "turns": ["Write a haiku.", "Now in French."], "reference": ["a", "b"]}
+    row = schema.normalise(line, "mt_bench")
+    assert row == record(question_id="81", category="writing", source_dataset="mt_bench", prompt="Write a haiku.",
+                         turns=["Write a haiku.", "Now in French."], reference="a")
+    assert schema.row_problems(row) == []
+    assert schema.normalise({"question_id": "q1", "category": "chat", "prompt": "Hi."}, "s")["turns"] == ["Hi."]
+
+
+def test_normalise_takes_a_pasted_caption_back_out_and_leaves_bad_values_to_validation():
+    pasted = schema.paste_caption("make it night", "A street by day.")
+    row = schema.normalise(record(category="image-to-image", prompt="make it night", turns=[pasted],
+                                  image_caption="A street by day."), "s")
+    assert row["turns"] == ["make it night"]
+    assert schema.normalise({"question_id": True}, "s")["question_id"] is True
+    assert schema.normalise(["q1"], "s") == ["q1"]
 
 
 def test_a_row_that_is_not_an_object():
