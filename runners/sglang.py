@@ -1,21 +1,15 @@
 """Adapter for SGLang: launch command per method, the native streaming /generate endpoint, and the
 per-request speculative statistics SGLang puts in `meta_info`.
 
-Launch command (`launch_command`): `python -m sglang.launch_server --model-path TARGET --tp N` plus, per method
-(python/sglang/srt/server_args.py; `--speculative-num-draft-tokens` counts the root, so it is budget L itself):
-
-    vanilla        nothing
-    ngram          --speculative-algorithm NGRAM --speculative-num-draft-tokens L
-                   [--speculative-ngram-max-bfs-breadth 1: a chain, like the reference `ngram`]
-    eagle3, eagle4-chain
-                   --speculative-algorithm EAGLE3 --speculative-draft-model-path DRAFTER
-                   --speculative-num-steps L-1 --speculative-eagle-topk 1 --speculative-num-draft-tokens L
-    eagle4-tree    the same with --speculative-eagle-topk min(8, L-1) and --speculative-num-steps L-1 (the
-                   reference eagle4-tree's EAGLE-2 defaults; --option top_k / depth override them)
-    dflash         --speculative-algorithm DFLASH --speculative-draft-model-path DRAFTER
-                   --speculative-dflash-block-size L --speculative-num-draft-tokens L (SGLang requires equal)
-    dspark         --speculative-algorithm DSPARK --speculative-draft-model-path DRAFTER
-                   --speculative-num-draft-tokens L
+The launch command of each method (vanilla, sglang-ngram, eagle3, eagle4-chain, eagle4-tree, dflash, dflash2,
+dspark) and its options follow SGLang 0.5.23's own argument rules: `runners/sglang_launch.py`. Every option
+is checked against the method it is given to (`SglangRunner.check_options`). Between variants the runner
+empties the server's radix cache (`flush_cache`: POST /flush_cache). Attached to a running server
+(`--endpoint`), it reads the server's resolved arguments (GET /server_info; older servers answer only its
+deprecated name /get_server_info) into `server_facts` and refuses a server whose speculative algorithm, draft
+shape or tensor parallel size contradicts --method / --budget / --option tp (`sglang_launch.facts_mismatch`).
+The DSpark ragged-verify mode is an environment variable that the server does not report: specbench sets it on
+the servers it launches and cannot see it on one it attaches to.
 
 Requests go to POST /generate with the chat template applied here (`input_ids`, so prompt tokens are exact),
 `sampling_params` and `stream: true`. Each streamed event holds `output_ids` (the whole output so far, or
@@ -47,70 +41,27 @@ import time
 from typing import Any
 
 from specbench.errors import SpecbenchError
-from specbench.runners.server import ServerRequest, ServerRunner, Session, Stream, load_tokenizer, sse_events
+from specbench.runners.server import (
+    SERVER_OPTIONS, ServerRequest, ServerRunner, Session, Stream, describe_error, load_tokenizer, sse_events,
+)
 from specbench.runners.server_entropy import (
     DEFAULT_TOP_LOGPROBS, entropy_config, entropy_fields, entropy_mode, sglang_positions,
 )
 from specbench.runners.server_metrics import add_counters, design_al, steps_from_histogram
-from specbench.settings import Settings
+from specbench.runners.sglang_launch import (
+    METHOD_SPECIFIC, METHODS, check_method, check_option, facts_from_info, facts_mismatch, launch_command,
+    spec_args, spec_env, tree_shape,
+)
+from specbench.settings import MethodSpec, Settings
 
 ENGINE = "sglang"
-DRAFTER_ALGOS = {"eagle3": "EAGLE3", "eagle4-chain": "EAGLE3", "eagle4-tree": "EAGLE3", "dflash": "DFLASH",
-                 "dspark": "DSPARK"}
-METHODS = ("vanilla", "ngram", *DRAFTER_ALGOS)
+# the server runners' options that every SGLang method takes (where the server runs, retries, entropy, ...)
+COMMON_OPTIONS = tuple(k for k in SERVER_OPTIONS if k not in METHOD_SPECIFIC)
+FLUSH_WAIT_S = 30              # how long SGLang may wait for running requests to finish before it flushes
 
 ACCEPTED_KEYS = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
 PROPOSED_KEYS = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
 HISTOGRAM_KEYS = ("spec_accept_histogram", "spec_correct_drafts_histogram")
-
-
-def tree_shape(method: str, budget: int, options: dict[str, Any] | None = None) -> tuple[int, int]:
-    """(topk, num_steps) of the EAGLE draft for a method at budget L."""
-    options = options or {}
-    n = budget - 1
-    if method == "eagle4-tree":
-        topk = int(options.get("top_k", min(8, n)))
-        return max(1, topk), max(1, int(options.get("depth", n)))
-    return 1, n
-
-
-def spec_args(method: str, budget: int, drafter: str | None = None, options: dict[str, Any] | None = None,
-              ) -> list[str]:
-    """SGLang's speculative flags for a specbench method at budget L (empty for vanilla)."""
-    options = options or {}
-    if method == "vanilla":
-        return []
-    if budget < 2:
-        raise SpecbenchError(f"--method {method} needs --budget >= 2 (L = drafted tokens + 1)")
-    L = str(budget)
-    if method == "ngram":
-        args = ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", L]
-        return args + (["--speculative-ngram-max-bfs-breadth", "1"] if int(options.get("matches", 1)) == 1 else [])
-    if method not in DRAFTER_ALGOS:
-        raise SpecbenchError(f"--method {method!r} does not run on SGLang (choose from {', '.join(METHODS)})")
-    if not drafter:
-        raise SpecbenchError(f"--method {method} on SGLang needs the draft checkpoint: --option drafter=PATH")
-    algo = DRAFTER_ALGOS[method]
-    args = ["--speculative-algorithm", algo, "--speculative-draft-model-path", str(drafter)]
-    if algo == "EAGLE3":
-        topk, steps = tree_shape(method, budget, options)
-        return args + ["--speculative-num-steps", str(steps), "--speculative-eagle-topk", str(topk),
-                       "--speculative-num-draft-tokens", L]
-    if algo == "DFLASH":
-        return args + ["--speculative-dflash-block-size", L, "--speculative-num-draft-tokens", L]
-    return args + ["--speculative-num-draft-tokens", L]
-
-
-def launch_command(target: str, method: str, budget: int, *, tp: int = 1, drafter: str | None = None,
-                   host: str = "127.0.0.1", port: int = 30000, dtype: str = "auto",
-                   max_model_len: int | None = None, python: str = "python",
-                   extra: list[str] | tuple[str, ...] = (), options: dict[str, Any] | None = None) -> list[str]:
-    """The SGLang server command for one method (argv list)."""
-    cmd = [python, "-m", "sglang.launch_server", "--model-path", str(target), "--host", host, "--port", str(port),
-           "--tp", str(tp), "--dtype", dtype]
-    if max_model_len:
-        cmd += ["--context-length", str(max_model_len)]
-    return cmd + spec_args(method, budget, drafter, options) + list(extra)
 
 
 def _first(meta: dict[str, Any], keys: tuple[str, ...]) -> Any:
@@ -178,6 +129,9 @@ class SglangRunner(ServerRunner):
     engine = ENGINE
     METHODS = METHODS
     extra = "sglang"
+    SUMMARIES = {"sglang-ngram": "SGLang's NGRAM: drafts from a trie of the tokens every request on the server "
+                                 "decoded (not prompt lookup)",
+                 "dflash2": "a DFlash2 checkpoint: DFlash's block drafter plus a candidate selector"}
     counters_source = "SGLang meta_info: spec_verify_ct, accepted drafts and spec_accept_histogram summed over requests"
     build_launch_command = staticmethod(launch_command)
 
@@ -189,20 +143,65 @@ class SglangRunner(ServerRunner):
         opts = self._options(settings)
         return {"name": settings.method, "budget": settings.budget, "engine": ENGINE,
                 "speculative_args": spec_args(settings.method, settings.budget, opts.get("drafter"), opts),
+                "server_env": spec_env(settings.method),
                 "tensor_parallel_size": int(opts.get("tp", 1)), **entropy_config(opts)}
 
+    @classmethod
+    def check_options(cls, methods: list[MethodSpec], shared: dict[str, Any]) -> None:
+        """Refuse a method SGLang does not run, and any option no method it is given to reads: an entry's own
+        options (`--methods m:key=...`) must be read by m, a shared `--option` by one of the compared methods
+        (vanilla, which every comparison adds, counts only when it runs alone)."""
+        for name, own in methods:
+            check_method(name)
+            for key in own:
+                check_option(key, [name], f"--methods {name}:{key}=...", COMMON_OPTIONS)
+        compared = [name for name, _ in methods if name != "vanilla"] or ["vanilla"]
+        for key in shared:
+            check_option(key, compared, f"--option {key}", COMMON_OPTIONS)
+        # the server runner's own checks (fault options) on the options it knows
+        known = [(name, {k: v for k, v in own.items() if k in SERVER_OPTIONS}) for name, own in methods]
+        super().check_options(known, {k: v for k, v in shared.items() if k in SERVER_OPTIONS})
+
+    def server_info(self, base: str) -> tuple[dict[str, Any] | None, str | None]:
+        """The server's resolved arguments and the route that gave them: GET /server_info (SGLang 0.5.23), else
+        /get_server_info (its older name); (None, None) from a server with neither. HTTP 5xx is one line."""
+        for route in ("/server_info", "/get_server_info"):
+            url = base + route
+            status, info, text = self.get_json(url)
+            if status >= 500:
+                raise SpecbenchError(f"GET {url} answered HTTP {status} ({text or 'no body'}); see the server's log")
+            if status == 200 and isinstance(info, dict):
+                return info, f"GET {route}"
+        return None, None
+
+    def server_facts(self, base: str) -> dict[str, Any]:
+        """What the server says it runs: {"engine_version", "tensor_parallel_size", "speculative": {"enabled",
+        "algorithm", "num_draft_tokens", "num_steps", "eagle_topk", "draft_model_path", "dflash_block_size",
+        "dspark_block_size", "dspark_sps_table_path", "ngram_*", "source"}}, None where it does not say
+        (`sglang_launch.facts_from_info`)."""
+        return facts_from_info(*self.server_info(base))
+
     def check_server(self, base: str, session: Session) -> None:
-        """Refuse a server whose draft width differs from --budget (when it reports one) and one whose info
-        route fails (HTTP 5xx); a server without the route (older SGLang) is taken as it is."""
-        url = base + "/get_server_info"
-        status, info, text = self.get_json(url)
-        if status >= 500:
-            raise SpecbenchError(f"GET {url} answered HTTP {status} ({text or 'no body'}); see the server's log")
-        width = info.get("speculative_num_draft_tokens") if status == 200 and isinstance(info, dict) else None
+        """Refuse a server whose speculative algorithm, draft shape or tensor parallel size contradicts this run,
+        and one whose info route fails (HTTP 5xx); a server that reports nothing is taken as it is."""
         s = session.settings
-        if s.method != "vanilla" and str(width).isdigit() and int(width) != s.budget:
-            raise SpecbenchError(f"{base} verifies {width} tokens per step (speculative_num_draft_tokens), "
-                                 f"but this run has --budget {s.budget}")
+        clash = facts_mismatch(self.server_facts(base), s.method, s.budget, self._options(s))
+        if clash:
+            raise SpecbenchError(f"{base} {clash}")
+
+    def flush_cache(self, base: str) -> None:
+        """Empty the server's radix cache (and the NGRAM trie): POST /flush_cache, which SGLang runs only on an
+        idle server, here after waiting up to FLUSH_WAIT_S for running requests to finish
+        (entrypoints/http_server.py `flush_cache`, managers/scheduler_components/flush_wrapper.py); it answers
+        HTTP 400 when it did not flush."""
+        url = f"{base}/flush_cache?timeout={FLUSH_WAIT_S}"
+        try:
+            resp = self.httpx.post(url, timeout=FLUSH_WAIT_S + 30)
+        except self.httpx.HTTPError as err:
+            raise SpecbenchError(f"POST {url}: no answer ({describe_error(err)})") from None
+        if resp.status_code != 200:
+            raise SpecbenchError(f"POST {url} answered HTTP {resp.status_code} "
+                                 f"({' '.join(resp.text.split())[:200] or 'no body'}): the cache was not flushed")
 
     def prepare_requests(self, requests: list[ServerRequest]) -> None:
         if self._tokenizer is None:

@@ -43,8 +43,11 @@ def methods() -> None:
 
     engines = {name: set(runner_class(name).methods()) for name in ENGINES}
     served = sorted(set().union(*engines.values()) - set(PROPOSERS))
+    # a server runner may describe its own methods (SUMMARIES); any other served method loads a checkpoint
+    own = {name: text for e in ENGINES for name, text in getattr(runner_class(e), "SUMMARIES", {}).items()}
     summaries = {**{name: cls.summary for name, cls in PROPOSERS.items()},
-                 **{name: "a checkpoint the server loads (EAGLE-3 layout, or any draft model)" for name in served}}
+                 **{name: own.get(name, "a checkpoint the server loads (EAGLE-3 layout, or any draft model)")
+                    for name in served}}
     table = Table(box=None, show_edge=False)
     for col in ("method", "engines", "what it does"):
         table.add_column(col, overflow="fold")

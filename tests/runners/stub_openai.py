@@ -1,9 +1,9 @@
 """A stub OpenAI-compatible (vLLM-like) and SGLang-like server that misbehaves on request, for fault tests.
 
 It answers GET /health, /v1/models, /get_server_info and /metrics, and POST /v1/chat/completions (a streamed
-chat completion as vLLM sends it: token ids, usage on the final chunk), /generate (SGLang's stream) and
-/reset_prefix_cache (always {"success": true}). Each chat or generate POST takes the next action of its plan (the
-last action repeats):
+chat completion as vLLM sends it: token ids, usage on the final chunk), /generate (SGLang's stream),
+/reset_prefix_cache (always {"success": true}) and /flush_cache (SGLang's, always 200). Each chat or generate POST
+takes the next action of its plan (the last action repeats):
 
     ok          a complete stream of max_tokens tokens
     500, 400    that HTTP error as JSON
@@ -111,6 +111,8 @@ class Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
         if self.path == "/reset_prefix_cache":              # vLLM's cache reset (development mode), not a plan step
             return self._json(200, {"success": True})
+        if self.path.startswith("/flush_cache"):            # SGLang's cache flush, not a plan step either
+            return self._json(200, b"Cache flushed.")
         action = s.next_action(body)
         if action in ("500", "400"):
             return self._json(int(action), {"object": "error", "message": f"stub failure {action}", "code": 1})

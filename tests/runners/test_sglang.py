@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from specbench.cli import app
 from specbench.records import read_manifest, read_records
-from specbench.runners.sglang import parse_meta_info, sglang_summary
+from specbench.errors import SpecbenchError
+from specbench.runners.sglang import SglangRunner, parse_meta_info, sglang_summary
 
 cli = CliRunner()
 FIXTURE = Path(__file__).parent / "fixtures" / "sglang_meta_info.json"
@@ -42,7 +43,8 @@ def test_parses_a_recorded_final_meta_info():
 
 
 class StubSGLang(BaseHTTPRequestHandler):
-    """Enough of SGLang's HTTP server: /health, /get_server_info, streaming /generate with meta_info.
+    """Enough of SGLang 0.5.23's HTTP server: /health, /server_info (`info`: its resolved arguments, a few of them),
+    POST /flush_cache (answering `flush_status`, counted in `flushes`), streaming /generate with meta_info.
 
     Each request outputs the first max_new_tokens of its own prompt reversed, in steps accepting 2, 0, 3, ...
     drafts (cumulative `output_ids` like SGLang's default, or only the new ids with `incremental`)."""
@@ -50,6 +52,10 @@ class StubSGLang(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"
     incremental = False
     seen: list = []
+    flushes: list = []
+    flush_status = 200
+    info = {"version": "0.5.23", "tp_size": 1, "speculative_algorithm": "EAGLE3", "speculative_num_draft_tokens": 4,
+            "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_draft_model_path": "/ckpt/eagle3"}
 
     def log_message(self, *args):
         pass
@@ -57,8 +63,8 @@ class StubSGLang(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/health":
             self._json(200, {})
-        elif self.path == "/get_server_info":
-            self._json(200, {"speculative_algorithm": "EAGLE3", "speculative_num_draft_tokens": 4})
+        elif self.path == "/server_info":
+            self._json(200, self.info)
         else:
             self._json(404, {"error": "no route"})
 
@@ -71,6 +77,15 @@ class StubSGLang(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_POST(self):
+        if self.path.startswith("/flush_cache"):
+            type(self).flushes.append(self.path)
+            ok = self.flush_status == 200
+            data = b"Cache flushed." if ok else b"Timed out waiting for idle state."
+            self.send_response(self.flush_status)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).seen.append(body)
         n = body["sampling_params"]["max_new_tokens"]
@@ -105,7 +120,7 @@ class StubSGLang(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def stub():
-    StubSGLang.seen = []
+    StubSGLang.seen, StubSGLang.flushes = [], []
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), StubSGLang)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -122,8 +137,9 @@ def test_end_to_end_against_a_stub_server(tiny_target, tmp_path, stub, monkeypat
     res = cli.invoke(app, ["run", "--engine", "sglang", "--endpoint", url, "--target", str(tiny_target),
                            "--method", "eagle3", "--budget", "4", "--option", "drafter=/ckpt/eagle3", "--limit", "3",
                            "--concurrency", "2", "--max-new-tokens", "10", "--dtype", "float32", "--no-report",
-                           "--out", str(out)])
+                           "--option", "warmup=0", "--out", str(out)])
     assert res.exit_code == 0, res.output
+    assert StubSGLang.flushes == ["/flush_cache?timeout=30"]              # the radix cache emptied first
     records = read_records(out)
     assert len(records) == 3 and all(r["status"] == "ok" for r in records)
     for r, sent in zip(sorted(records, key=lambda r: r["question_id"]),
@@ -135,7 +151,8 @@ def test_end_to_end_against_a_stub_server(tiny_target, tmp_path, stub, monkeypat
         assert r["ttft_s"] <= r["latency_s"]
     assert all(b["stream"] and b["sampling_params"]["max_new_tokens"] == 10 for b in StubSGLang.seen)
     m = read_manifest(out)
-    assert m["engine"] == "sglang"
+    assert m["engine"] == "sglang" and m["server"] == SglangRunner(str(tiny_target)).server_facts(url)
+    assert m["server"]["engine_version"] == "0.5.23" and m["server"]["speculative"]["algorithm"] == "EAGLE3"
     assert m["method_config"]["speculative_args"] == [
         "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/ckpt/eagle3",
         "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
@@ -147,8 +164,6 @@ def test_end_to_end_against_a_stub_server(tiny_target, tmp_path, stub, monkeypat
 
 
 def test_refuses_a_server_with_another_draft_width(tiny_target, tmp_path, stub):
-    from specbench.errors import SpecbenchError
-
     url = f"http://127.0.0.1:{stub.server_address[1]}"
     with pytest.raises(SpecbenchError, match="verifies 4 tokens"):
         cli.invoke(app, ["run", "--engine", "sglang", "--endpoint", url, "--target", str(tiny_target), "--method",
@@ -167,3 +182,35 @@ def test_a_sampled_run_sends_its_seed(tiny_target, temperature, seeded):
     runner = SglangRunner(str(tiny_target), "float32", "http://127.0.0.1:1")
     body = runner._body(SimpleNamespace(prompt_ids=[1, 2, 3]), Settings("eagle3", 4, temperature=temperature, seed=5))
     assert body["sampling_params"].get("sampling_seed") == (5 if seeded else None)
+
+
+def test_a_server_that_will_not_flush_is_one_line(tiny_target, stub, monkeypatch):
+    monkeypatch.setattr(StubSGLang, "flush_status", 400)
+    url = f"http://127.0.0.1:{stub.server_address[1]}"
+    with pytest.raises(SpecbenchError, match=r"flush_cache\?timeout=30 answered HTTP 400 \(Timed out waiting for idle "
+                                             r"state.\): the cache was not flushed"):
+        SglangRunner(str(tiny_target), "float32", url).flush_cache(url)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--method", "ngram"], "runs as --method sglang-ngram"),
+    (["--method", "vanilla", "--option", "drafter=/d"], "--method vanilla on SGLang takes no option 'drafter'"),
+    (["--method", "sglang-ngram", "--option", "max_n=4"], "--option max_n: not on SGLang"),
+    (["--method", "eagle3", "--option", "drafter=/d", "--option", "speculative_topk=2"], "takes no option "
+                                                                                        "'speculative_topk'"),
+    (["--method", "dspark", "--option", "drafter=/d"], "--option sps_table=PATH"),
+    (["--method", "eagle3", "--option", "drafter=/d", "--option", "retries=-1"], "retries=-1"),
+])
+def test_options_and_methods_sglang_cannot_run_are_one_line(tiny_target, tmp_path, args, message):
+    res = cli.invoke(app, ["run", "--engine", "sglang", "--endpoint", "http://127.0.0.1:9", "--target",
+                           str(tiny_target), "--budget", "4", "--limit", "1", "--no-report", "--out",
+                           str(tmp_path / "r"), *args])
+    assert res.exit_code != 0 and isinstance(res.exception, (SpecbenchError, SystemExit))
+    assert message in str(res.exception) + res.output
+
+
+def test_a_compare_shares_an_option_that_one_of_its_methods_reads():
+    SglangRunner.check_options([("vanilla", {}), ("sglang-ngram", {}), ("eagle3", {})], {"drafter": "/d"})
+    with pytest.raises(SpecbenchError, match="--methods sglang-ngram:drafter=...: --method sglang-ngram on SGLang "
+                                             "takes no option 'drafter'"):
+        SglangRunner.check_options([("sglang-ngram", {"drafter": "/d"})], {})
