@@ -468,12 +468,13 @@ class ServerRunner:
             raise SpecbenchError(f"no healthy {self.engine} server at {self._base} after {timeout:.0f} s "
                                  f"(GET {self.health_path}); start it first, or leave out --endpoint to launch one")
         self._healthy_once = True
-        self.check_server(self._base, session)
         self._facts = self.server_facts(self._base)
+        self.check_server(self._base, session)
         return self._base
 
     def check_server(self, base: str, session: Session) -> None:
-        """Attach mode: learn the served model name and refuse a server that serves something else."""
+        """Once the server answers: learn the served model name and refuse a server that serves something else
+        (what it says of itself is in `self._facts` by then)."""
 
     def server_facts(self, base: str) -> dict[str, Any]:
         """What the server says about itself ({"engine_version", "tensor_parallel_size", "speculative"}, None
@@ -533,8 +534,8 @@ class ServerRunner:
             raise SpecbenchError(f"the {self.engine} server did not become healthy within {timeout:.0f} s; "
                                  f"last lines of {log_path}:\n{tail}")
         self._healthy_once = True
-        self.check_server(self._base, session)
         self._facts = self.server_facts(self._base)
+        self.check_server(self._base, session)
 
     @staticmethod
     def _host_port(cmd: list[str]) -> tuple[str, str]:

@@ -319,7 +319,7 @@ class VllmRunner(ServerRunner):
             raise SpecbenchError(f"{base} serves {info.get('method')} L={info.get('budget')}, but this run is "
                                  f"{s.method} L={s.budget}")
         opts = self._options(s)
-        clash = facts_mismatch(self.server_facts(base), s.method, s.budget,
+        clash = facts_mismatch(self._facts, s.method, s.budget,
                                int_option(opts, "tp", 1) if "tp" in opts else None)
         if clash:
             raise SpecbenchError(f"{base} {clash}")
