@@ -116,3 +116,24 @@ test-vllm: setup $(VLLM_VENV)/.installed
 # On a CUDA machine: check the Triton kernels against their PyTorch twins and time them (a few minutes).
 gpu-check: setup
 	$(PY) -m reference_eagle4.kernels.bench --out runs/gpu-check/kernels.json
+
+# SGLang 0.5.23's own argument parser and speculative-decoding checks on every SGLang launch command specbench
+# builds: each method at L = 2..16, tensor parallel 1 and 4 (tests/runners/test_sglang_args.py, about a minute;
+# `make test` runs the same file when this venv exists and skips it otherwise). The throwaway venv holds sglang
+# without its serving dependencies, plus what importing its argument checks needs, at sglang's own pins where it
+# pins them. That includes its torch 2.14.1, a CUDA build of some GB that imports on a machine without a GPU:
+# sglang's model configs import torchvision, which has no CPU build for the CPU torch this project uses.
+SGLANG_VENV ?= /tmp/sglang-venv
+SGLANG_DEPS := torch==2.14.1 torchvision==0.29.1 transformers==5.19.0 tokenizers==0.23.2 apache-tvm-ffi==0.1.11 \
+  compressed-tensors==0.18.0 openai==2.8.0 sentencepiece==0.2.1 msgspec numpy orjson psutil pybase64 requests \
+  packaging pillow fastapi pydantic pyzmq tqdm IPython aiohttp dill gguf partial_json_parser einops
+
+.PHONY: test-sglang-args
+$(SGLANG_VENV)/.installed:
+	$(PYTHON) -m venv $(SGLANG_VENV)
+	$(SGLANG_VENV)/bin/pip install -q --no-deps sglang==0.5.23
+	$(SGLANG_VENV)/bin/pip install -q $(SGLANG_DEPS)
+	touch $@
+
+test-sglang-args: setup $(SGLANG_VENV)/.installed
+	SGLANG_PYTHON=$(abspath $(SGLANG_VENV))/bin/python $(PY) -m pytest -q tests/runners/test_sglang_args.py
