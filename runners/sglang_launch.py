@@ -238,8 +238,9 @@ SPEC_FACTS = ("algorithm", "num_draft_tokens", "num_steps", "eagle_topk", "draft
 
 def facts_from_info(info: dict[str, Any] | None, source: str | None) -> dict[str, Any]:
     """`server_facts` from SGLang's server info: its resolved ServerArgs plus "version" (entrypoints/http_server.py
-    `server_info`, utils/common.py `build_server_info`). `speculative.enabled` is None when the server did not
-    report its algorithm, and every value None that it did not report."""
+    `server_info`, utils/common.py `build_server_info`; SGLang 0.5.23 has no /version route, the version rides
+    here). `speculative.enabled` is None when the server did not report its algorithm, and every value None that
+    it did not report."""
     info = info if isinstance(info, dict) else {}
     speculative = {name: info.get(f"speculative_{name}") for name in SPEC_FACTS}
     reported = "speculative_algorithm" in info
