@@ -22,6 +22,10 @@ default.
 Before each further draft level the planner asks whether the best child that level could add (each
 sequence's best frontier probability times the drafter's top-1 confidence) pays for the level's drafting
 time plus its verification.
+
+`best_chain` is the same choice for an engine that verifies one chain length per batch size (vLLM's
+`num_speculative_tokens_per_batch_size`): the planner over a chain's depths, priced by a server's cost table.
+This module and `reference_eagle4.cost_table` import no torch, so a server runner compiles its policy with them.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import math
 from dataclasses import dataclass
 from itertools import accumulate
 
-from reference_eagle4.calibration import CostTable
+from reference_eagle4.cost_table import CostTable
 
 
 @dataclass(frozen=True)
@@ -63,19 +67,23 @@ class TreePlanner:
         """One batched drafter forward over `width` nodes per sequence."""
         return self.table.draft(self.batch, width)
 
-    def best_sizes(self, probs: list[list[float]], draft_ms: float, per_sequence: bool = False) -> Plan:
+    def best_sizes(self, probs: list[list[float]], draft_ms: float, per_sequence: bool = False,
+                   least: int = 0) -> Plan:
         """probs[b]: sequence b's candidate probabilities, best first. Keeps the best-first prefix of all
         sequences' candidates together that maximises the batch's expected speed; with per_sequence off,
-        one size for every sequence (the candidates ranked by depth in the sequence's list first)."""
+        one size for every sequence (the candidates ranked by depth in the sequence's list first). Plans
+        that keep fewer than `least` nodes a sequence (on average, with per_sequence) are not considered."""
         B = len(probs)
         ranked = sorted(((p, b, i) for b, row in enumerate(probs) for i, p in enumerate(row[: self.budget - 1])),
                         key=(lambda pbi: -pbi[0]) if per_sequence else (lambda pbi: (pbi[2], -pbi[0])))
         accept, best_n = float(B), 0
-        best = accept / (draft_ms + self.verify_ms(1))
+        best = accept / (draft_ms + self.verify_ms(1)) if least <= 0 else -math.inf
         for n, (p, _, i) in enumerate(ranked, 1):
             accept += p
             if not per_sequence and n < len(ranked) and ranked[n][2] == i:
                 continue                                   # one size for all: only whole ranks count
+            if n < least * B:
+                continue
             speed = accept / (draft_ms + self.verify_ms(1 + n / max(B, 1) if per_sequence else i + 2))
             if speed > best:
                 best, best_n = speed, n
@@ -94,3 +102,19 @@ class TreePlanner:
         grown = [sorted([*p, f * confidence], reverse=True) for p, f in zip(probs, frontier_best)]
         later = self.best_sizes(grown, draft_ms + level_ms, per_sequence)
         return later.speed > now.speed
+
+
+def best_chain(table: CostTable, budget: int, batch: int, context: int, reach: list[float],
+               least: int = 0, draft_ms: float = 0.0) -> Plan:
+    """The chain every sequence of a batch of `batch` verifies: the K drafts (K <= L - 1, K >= `least`) that
+    maximise the batch's expected tokens per ms. reach[d-1] is the chance that a step's accepted path reaches
+    draft depth d (vLLM's per-position acceptance), so a chain's depths are `best_sizes`' best-first
+    candidates with P_v = reach. The table's entry at K + 1 tokens prices a step drafting K; where it is a
+    server's whole step (drafting included, `specbench calibrate --engine vllm`), draft_ms stays 0. `least`
+    keeps K off sizes the table did not time (a speculative server at K = 0 is not a vanilla one)."""
+    if len(reach[: budget - 1]) < least:
+        raise ValueError(f"a chain of at least {least} drafts needs the acceptance of {least} depths, "
+                         f"got {len(reach)} within L = {budget}")
+    planner = TreePlanner(table, budget, batch, context)
+    return planner.best_sizes([list(reach)] * planner.batch, draft_ms, least=least)
+

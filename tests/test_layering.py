@@ -96,3 +96,22 @@ def test_the_cli_works_where_the_reference_engine_cannot_be_imported(env_without
                          env=env_without("reference_eagle4", "torch"))
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Usage" in out.stdout or "--speculative-config" in out.stdout
+
+
+RUNNERS = ROOT / "runners"
+# What a server runner may import of the reference engine: the modules that import no torch (a server run's
+# planner and cost table, and the weights module that resolves a default target to a folder).
+TORCH_FREE_ENGINE = ("reference_eagle4.cost_table", "reference_eagle4.planner", "reference_eagle4.weights")
+
+
+def test_server_runners_import_no_torch_and_only_the_engines_torch_free_modules():
+    bad = [f"{f}:{line}: imports {m}" for f, line, m in imports(RUNNERS)
+           if not f.startswith("runners/reference/")
+           and (top(m) == "torch" or top(m) == "reference_eagle4" and m not in TORCH_FREE_ENGINE)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_engines_torch_free_modules_import_without_torch(env_without):
+    code = "import importlib\n" + "".join(f"importlib.import_module({m!r})\n" for m in TORCH_FREE_ENGINE)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env_without("torch"))
+    assert out.returncode == 0, out.stderr

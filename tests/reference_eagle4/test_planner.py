@@ -93,3 +93,41 @@ def test_a_ragged_batch_stops_at_the_edge_of_a_block_of_rows():
     plan = planner.best_sizes(probs, 0.0, per_sequence=True)
     assert sum(plan.sizes) == 8
     assert planner.verify_ms(2 + 1 / 8) == planner.verify_ms(3)
+
+
+# a chain's reach by depth (vLLM's per-position acceptance): depth d is reached with probability REACH[d-1]
+REACH = [0.9, 0.8, 0.7, 0.1, 0.05]
+
+
+def chain_table() -> CostTable:
+    """Synthetic server table, every token count timed: a step costs 10 ms + 1 ms per token (root included)
+    per sequence, so at batch 1 a longer chain is cheap and at batch 8 it is dear."""
+    tokens = list(range(1, 9))
+    return CostTable({"device": "synthetic"}, [1, 8], [512], tokens,
+                     [[[10.0 + b * t for t in tokens]] for b in (1, 8)])
+
+
+def test_best_chain_takes_the_known_optimum_at_each_batch_size():
+    from reference_eagle4.planner import best_chain
+
+    # batch 1: K = 0..5 give 1/11, 1.9/12, 2.7/13, 3.4/14, 3.5/15, 3.55/16 tokens/ms: K = 3 (0.243)
+    # batch 8: 8/18, 15.2/26, 21.6/34, 27.2/42, 28/50, 28.4/58: K = 3 (0.648) beats K = 2 (0.635) narrowly
+    assert best_chain(chain_table(), 16, 1, 512, REACH).sizes == [3]
+    eight = best_chain(chain_table(), 16, 8, 512, REACH)
+    assert eight.sizes == [3] * 8 and abs(eight.speed - 27.2 / 42) < 1e-9
+    # a step of 2 ms + 3 ms a sequence-token at batch 8 shortens the chain: 8/26, 15.2/50, 21.6/74 -> K = 0,
+    # or K = 1 when K = 0 is not allowed
+    steep = chain_table()
+    steep.verify_ms[1] = [[2.0 + 24 * t for t in steep.tokens]]
+    assert best_chain(steep, 16, 8, 512, REACH).sizes == [0] * 8
+    assert best_chain(steep, 16, 8, 512, REACH, least=1).sizes == [1] * 8
+
+
+def test_best_chain_never_exceeds_the_budget():
+    from reference_eagle4.planner import best_chain
+
+    free = chain_table()
+    free.verify_ms = [[[10.0] * 8] for _ in (1, 8)]            # every length costs the same: the longest wins
+    assert best_chain(free, 3, 1, 512, REACH).sizes == [2]
+    assert best_chain(free, 16, 1, 512, REACH).sizes == [5]     # no depth past what was measured
+
