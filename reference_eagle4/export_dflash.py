@@ -245,7 +245,12 @@ def export_dflash(drafter_dir: str | Path, out_dir: str | Path, target_folder: s
     dt = DTYPES[dtype]
     state = {k: (v if k == "d2t" else v.detach().to(dt)).contiguous() for k, v in state.items()}
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.resolve() == src.resolve():
+        raise ValueError(f"--out {out} is the drafter folder itself; the export would overwrite the drafter")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"--out {out}: cannot create the folder ({err.strerror})") from None
     save_file(state, str(out / "model.safetensors"))
     mask_file = out / "mask_embedding.pt"   # qwen3_dflash.py _read_mask_embedding; SGLang's dflash_worker_v2.py too
     if method == "dflash":
