@@ -185,7 +185,7 @@ class SglangRunner(ServerRunner):
         """Refuse a server whose speculative algorithm, draft shape or tensor parallel size contradicts this run,
         and one whose info route fails (HTTP 5xx); a server that reports nothing is taken as it is."""
         s = session.settings
-        clash = facts_mismatch(self.server_facts(base), s.method, s.budget, self._options(s))
+        clash = facts_mismatch(self._facts, s.method, s.budget, self._options(s))
         if clash:
             raise SpecbenchError(f"{base} {clash}")
 
