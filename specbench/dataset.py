@@ -40,6 +40,8 @@ class Row:
     image: dict[str, str | None] | None = None
     image_caption: str | None = None
     reference: str | None = None
+    license: str | None = None              # null: the set's license
+    origin: str | None = None               # authored, template or package (schema.ORIGINS)
 
     def __post_init__(self) -> None:
         # Normalise so rows compare equal however they were stored: JSON gives lists and may omit image keys,
@@ -50,8 +52,8 @@ class Row:
 
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> Row:
-        """Build a row from a record that schema.row_problems has accepted."""
-        return cls(**{name: record[name] for name in schema.FIELDS})
+        """Build a row from a record that schema.row_problems has accepted (absent optional fields are null)."""
+        return cls(**{name: record.get(name) for name in schema.FIELDS})
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form, keys in schema order, turns as a list."""

@@ -43,6 +43,8 @@ def spec_bench_record(row: Row) -> dict[str, Any]:
         "system_prompt_id": row.system_prompt_id,
         "image": row.image,
         "image_caption": row.image_caption,
+        "license": row.license,
+        "origin": row.origin,
     }
     if row.reference is not None:
         record["reference"] = [row.reference]
@@ -175,7 +177,8 @@ def _counts_and_fields(rows: list[Row]) -> list[str]:
         "",
         "`question_id` (unique), `category`, `source_dataset` (prompt family), `prompt`, `turns` (user turns), "
         "`system_prompt_id` (null: the category's default), `image` ({source, name, url} or null), "
-        "`image_caption` (for image-conditioned rows), `reference` (expected answer, if any).",
+        "`image_caption` (for image-conditioned rows), `reference` (expected answer, if any), `license` (null: the "
+        "set's), `origin` (authored, template or package).",
         "",
     ]
 

@@ -23,6 +23,8 @@ FIELDS = (
     "image",
     "image_caption",
     "reference",
+    "license",
+    "origin",
 )
 IMAGE_KEYS = ("source", "name", "url")
 
@@ -46,8 +48,11 @@ IMPORTED_CATEGORIES = (
 KNOWN_CATEGORIES = frozenset(CREATIVE_CATEGORIES + GENERAL_CATEGORIES + IMPORTED_CATEGORIES)
 
 _REQUIRED_STR = ("question_id", "category", "source_dataset", "prompt")
-_OPTIONAL_STR = ("system_prompt_id", "image_caption", "reference")
-OPTIONAL_FIELDS = ("system_prompt_id", "image", "image_caption", "reference")
+_OPTIONAL_STR = ("system_prompt_id", "image_caption", "reference", "license")
+OPTIONAL_FIELDS = ("system_prompt_id", "image", "image_caption", "reference", "license", "origin")
+# Who wrote a row's text: people for this project, a template filled in by a script, or a published set that a
+# package ships (then `source_dataset` names it and `license` is its license).
+ORIGINS = ("authored", "template", "package")
 
 
 def paste_caption(prompt: str, caption: str) -> str:
@@ -90,7 +95,7 @@ def row_problems(record: Any) -> list[str]:
     """Everything wrong with one decoded row, without its location (the caller knows where it came from)."""
     if not isinstance(record, dict):
         return [f"expected a JSON object, got {type(record).__name__}"]
-    problems = [f"missing field '{name}'" for name in FIELDS if name not in record]
+    problems = [f"missing field '{name}'" for name in FIELDS if name not in record and name not in OPTIONAL_FIELDS]
     problems += [f"unknown field '{name}'" for name in record if name not in FIELDS]
     for name in _REQUIRED_STR:
         if name in record and not isinstance(record[name], str):
@@ -112,6 +117,9 @@ def _content_problems(record: dict[str, Any]) -> list[str]:
     category = record.get("category")
     if isinstance(category, str) and category not in KNOWN_CATEGORIES:
         problems.append(f"unknown category '{category}' (known: {', '.join(sorted(KNOWN_CATEGORIES))})")
+    origin = record.get("origin")
+    if origin is not None and origin not in ORIGINS:
+        problems.append(f"unknown origin {origin!r} (known: {', '.join(ORIGINS)}, or null)")
     caption = record.get("image_caption")
     if isinstance(caption, str) and not caption.strip():
         problems.append("empty image_caption (use null when there is none)")

@@ -27,11 +27,15 @@ Chat = Callable[[dict[str, Any]], list[dict[str, str]]]
 
 
 def load_pool(path: str | Path) -> list[dict[str, Any]]:
+    """Training rows {id, category, prompt[, image_caption]}; a row in the benchmark schema (the bundled pool's)
+    is keyed by its question_id."""
     rows = []
     with open(path, encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
             if line.strip():
                 row = json.loads(line)
+                if "id" not in row and "question_id" in row:
+                    row["id"] = row["question_id"]
                 for key in ("id", "category", "prompt"):
                     if key not in row:
                         raise ValueError(f"{path}:{n}: missing field {key!r}")

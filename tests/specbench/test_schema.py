@@ -76,6 +76,8 @@ def test_broken_line_duplicate_id_and_empty_prompt_are_all_named(tmp_path):
         ({"question_id": " "}, "empty question_id"),
         ({"extra": 1}, "unknown field 'extra'"),
         ({"category": "image-to-image"}, "image row with neither 'image' nor 'image_caption'"),
+        ({"origin": "found"}, "unknown origin 'found'"),
+        ({"license": 1}, "'license' must be a string or null, got int"),
     ],
 )
 def test_each_kind_of_bad_row_is_reported(changes, expected):
@@ -83,17 +85,17 @@ def test_each_kind_of_bad_row_is_reported(changes, expected):
     assert len(problems) == 1 and expected in problems[0], problems
 
 
-def test_missing_fields_are_each_named():
+def test_missing_fields_are_each_named_and_optional_ones_may_be_absent():
     incomplete = record()
-    del incomplete["reference"], incomplete["image"]
-    assert schema.row_problems(incomplete) == ["missing field 'image'", "missing field 'reference'"]
+    del incomplete["source_dataset"], incomplete["turns"], incomplete["reference"], incomplete["image"]
+    assert schema.row_problems(incomplete) == ["missing field 'source_dataset'", "missing field 'turns'"]
 
 
 def test_normalise_fills_what_spec_bench_lines_leave_out():
     line = {"question_id": 81, "category": "writing", "turns": ["Write a haiku.", "Now in French."], "reference": ["a", "b"]}
     row = schema.normalise(line, "mt_bench")
     assert row == record(question_id="81", category="writing", source_dataset="mt_bench", prompt="Write a haiku.",
-                         turns=["Write a haiku.", "Now in French."], reference="a")
+                         turns=["Write a haiku.", "Now in French."], reference="a", license=None, origin=None)
     assert schema.row_problems(row) == []
     assert schema.normalise({"question_id": "q1", "category": "chat", "prompt": "Hi."}, "s")["turns"] == ["Hi."]
 

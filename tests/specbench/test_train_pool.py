@@ -1,147 +1,137 @@
-"""The drafter training pool (data/train-pool.jsonl): its shape, and that it stays disjoint from the benchmark sets.
-
-The disjointness rules are re-implemented here rather than imported from the generator, so a bug in one is caught by
-the other: after lowercasing and collapsing whitespace, no training prompt may equal, contain or be contained in a
-benchmark prompt, and none may share an 8-word sequence with one (words taken both as whitespace-separated tokens and
-as alphanumeric runs, the stricter reading). Captions of the input images follow the same rules against the
-benchmark captions.
-"""
+"""The drafter training pool (data/train-pool.jsonl): data in the benchmark schema, clear of the benchmark sets and of
+near-copies of its own rows, by the check tools/train_pool.py applies (tools/pool_similarity.py)."""
 
 import importlib.util
 import json
-import re
+import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data"
-POOL = DATA_DIR / "train-pool.jsonl"
-BENCHMARKS = ("prompt-enhancement.jsonl", "fireworks.jsonl")
-CREATIVE = ("text-to-video", "image-to-video", "text-to-image", "image-to-image")
-GENERAL = ("chat", "code", "stem", "math")
-IMAGE = ("image-to-video", "image-to-image")
-CREATIVE_RANGE = (325, 375)  # about 250 generated + 100 hand-written each
-GENERAL_RANGE = (175, 205)  # about 150 + 40 each
-TOTAL_RANGE = (2050, 2200)  # about 1600 + 560, less what the guard drops
-N = 8
+from specbench import schema
+from specbench.dataset import default_system_prompt_id, system_prompts
+
+ROOT = Path(__file__).resolve().parents[2]
+POOL = ROOT / "data" / "train-pool.jsonl"
+CREATIVE_RANGE = (250, 350)
+GENERAL_RANGE = (60, 160)
 
 
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+def load_tool(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
-def norm(text):
-    return " ".join(text.lower().split())
-
-
-def grams(text, n=N):
-    text = norm(text)
-    out = set()
-    for tokens in (text.split(), re.findall(r"[a-z0-9]+", text)):
-        out.update(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
-    return out
+ps = load_tool("pool_similarity")
+train_pool = load_tool("train_pool")
 
 
 @pytest.fixture(scope="module")
 def pool():
-    return read_jsonl(POOL)
+    return train_pool.read_rows(POOL)
 
 
 @pytest.fixture(scope="module")
 def bench():
-    rows = [row for name in BENCHMARKS for row in read_jsonl(DATA_DIR / name)]
-    prompts = {norm(text) for row in rows for text in [row["prompt"], *(row.get("turns") or [])]}
-    captions = {norm(row["image_caption"]) for row in rows if row.get("image_caption")}
-    assert len(prompts) >= 500 and len(captions) >= 150  # both sets really loaded
-    return {"prompts": sorted(prompts), "captions": sorted(captions)}
+    rows = train_pool.benchmark_rows()
+    assert len(rows) == 538
+    return rows
 
 
-def clashes(texts, others):
-    """(text, other, rule) for each text that equals, contains, is contained in, or shares an 8-gram with another."""
-    other_grams = {}
-    for other in others:
-        for gram in grams(other):
-            other_grams.setdefault(gram, other)
-    found = []
-    for text in texts:
-        t = norm(text)
-        for other in others:
-            if t == other:
-                found.append((text, other, "exact"))
-            elif t in other or other in t:
-                found.append((text, other, "containment"))
-        shared = sorted(g for g in grams(t) if g in other_grams)
-        if shared:
-            found.append((text, other_grams[shared[0]], f"8-gram {' '.join(shared[0])!r}"))
-    return found
+@pytest.fixture(scope="module")
+def vectoriser(bench):
+    return ps.fit(bench)
 
 
-def test_schema(pool):
-    for row in pool:
-        assert set(row) == {"id", "category", "prompt", "image_caption"}, row
-        assert isinstance(row["prompt"], str) and row["prompt"].strip(), row
-        assert row["category"] in CREATIVE + GENERAL, row
+def test_rows_are_valid_benchmark_rows_with_an_origin(pool):
+    known = set(system_prompts())
+    problems = schema.validate_records(enumerate(pool, start=1), str(POOL), known)
+    assert problems == []
+    assert {row["origin"] for row in pool} <= set(schema.ORIGINS)
+    assert all(default_system_prompt_id(row["category"]) in known for row in pool)
+    assert all((row["image_caption"] is not None) == (row["category"] in schema.IMAGE_CATEGORIES) for row in pool)
 
 
 def test_counts_per_category(pool):
     counts = Counter(row["category"] for row in pool)
-    assert set(counts) == set(CREATIVE + GENERAL)
-    for category in CREATIVE:
+    for category in schema.CREATIVE_CATEGORIES:
         assert CREATIVE_RANGE[0] <= counts[category] <= CREATIVE_RANGE[1], (category, counts[category])
-    for category in GENERAL:
+    for category in ("chat", "code", "stem", "math"):
         assert GENERAL_RANGE[0] <= counts[category] <= GENERAL_RANGE[1], (category, counts[category])
-    assert TOTAL_RANGE[0] <= len(pool) <= TOTAL_RANGE[1]
 
 
-def test_ids_unique_and_well_formed(pool):
-    ids = [row["id"] for row in pool]
-    assert len(set(ids)) == len(ids)
-    assert all(re.fullmatch(r"tp-\d{5}", i) for i in ids)
+def test_no_row_is_a_near_copy_of_a_benchmark_row(pool, bench, vectoriser):
+    found = train_pool.leaks(vectoriser, pool, bench)
+    assert not found, [(round(s, 3), pool[i]["question_id"], bench[j]["question_id"]) for s, i, j in found[:5]]
 
 
-def test_prompts_unique(pool):
-    duplicates = [p for p, n in Counter(norm(row["prompt"]) for row in pool).items() if n > 1]
-    assert not duplicates
+def test_no_two_pool_rows_are_near_copies(pool, vectoriser):
+    found = train_pool.near_copies(vectoriser, pool)
+    assert not found, [(round(s, 3), pool[i]["question_id"], pool[j]["question_id"]) for s, i, j in found[:5]]
 
 
-def test_image_caption_exactly_for_image_rows(pool):
-    for row in pool:
-        if row["category"] in IMAGE:
-            assert isinstance(row["image_caption"], str) and row["image_caption"].strip(), row
-        else:
-            assert row["image_caption"] is None, row
+def test_the_manual_pass_drops_stay_dropped(pool, bench):
+    """Near-copies below the threshold that the manual pass found, and every labelled near-copy of a benchmark row."""
+    prompts = {row["prompt"] for row in pool}
+    drops = train_pool.manual_drops()
+    assert drops and not [drop["prompt"] for drop in drops if drop["prompt"] in prompts]
+    bench_prompts = {row["prompt"] for row in bench}
+    for a, b, near_copy in ps.labelled_pairs():
+        if near_copy and b["prompt"] in bench_prompts:
+            assert a["prompt"] not in prompts, a["prompt"]
 
 
-def test_prompts_disjoint_from_benchmarks(pool, bench):
-    found = clashes([row["prompt"] for row in pool], bench["prompts"])
-    assert not found, found[:5]
+def test_no_template_says_a_phrase_twice(pool):
+    assert not [row["prompt"] for row in pool if train_pool.repeated_phrases(row["prompt"])]
+    assert train_pool.repeated_phrases("neon alley, wide angle, wide angle, 8k") == ["wide angle"]
 
 
-def test_captions_disjoint_from_benchmark_captions(pool, bench):
-    captions = sorted({row["image_caption"] for row in pool if row["image_caption"]})
-    found = clashes(captions, bench["captions"])
-    assert not found, found[:5]
+def test_short_benchmark_phrases_are_not_banned(pool, bench):
+    """A phrase is not a prompt: the pool may say "golden hour" though a benchmark prompt is just that."""
+    assert any(row["prompt"] == "golden hour" for row in bench)
+    assert sum("golden hour" in row["prompt"].lower() for row in pool) >= 5
 
 
-def test_clash_detector_catches_each_rule(bench):
-    """The checks above are only as good as `clashes`: feed it known offenders built from a benchmark prompt."""
-    long_prompt = next(p for p in bench["prompts"] if len(p.split()) >= 12)
-    words = long_prompt.split()
-    offenders = {
-        "exact": long_prompt.upper(),
-        "containment": f"please: {long_prompt} thanks",
-        "8-gram": "totally new start " + " ".join(words[2:2 + N]) + " and a new ending",
-    }
-    for rule, text in offenders.items():
-        assert any(r.startswith(rule) for _, _, r in clashes([text], bench["prompts"])), rule
-    assert not clashes(["a prompt about nothing in particular, written just for this test"], bench["prompts"])
+def test_threshold_is_the_labelled_pairs_choice(vectoriser):
+    pairs = ps.labelled_pairs()
+    cut, mistakes = ps.choose_threshold(ps.pair_scores(vectoriser, pairs), [label for *_, label in pairs])
+    assert round(cut, 2) == ps.THRESHOLD
+    assert mistakes == 24 and len(pairs) == 98       # the card states both
 
 
-def test_file_matches_generator(pool):
-    """tools/make_train_pool.py is deterministic and the committed file is its output."""
-    spec = importlib.util.spec_from_file_location("make_train_pool", DATA_DIR.parent / "tools" / "make_train_pool.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    rows, _ = module.build()
-    assert rows == pool
+def test_the_check_catches_a_reworded_benchmark_row_and_passes_a_different_one(bench, vectoriser):
+    row = next(row for row in bench if row["question_id"] == "fw-math-030")
+    reworded = dict(row, prompt="Jonas is four times as old as his daughter; in 20 years he'll be twice her age. "
+                                "How old is he now?")
+    different = dict(row, prompt="A train leaves at 2:45 pm and the journey takes 3 hours 50 minutes. When does it "
+                                 "arrive?")
+    assert [i for _, i, _ in train_pool.leaks(vectoriser, [reworded, different], bench)] == [0]
+
+
+def test_captions_tell_requests_on_other_pictures_apart(vectoriser):
+    """The same short edit on two different pictures is two rows; the same edit on the same picture is one."""
+    night = {"prompt": "make it night", "image_caption": "A red barn in a wheat field."}
+    other = {"prompt": "make it night", "image_caption": "A bowl of ramen on a wooden counter."}
+    same = {"prompt": "make it nighttime", "image_caption": "A red barn in a wheat field."}
+    scores = ps.similarity(vectoriser, [night], [other, same])[0]
+    assert scores[0] <= ps.THRESHOLD < scores[1]
+
+
+def test_clean_drops_leaks_and_keeps_the_authored_of_two_near_copies(bench):
+    leak = next(row for row in bench if row["question_id"] == "pe-t2v-052")
+    rows = [
+        dict(leak, question_id="tp-1", origin="authored"),
+        {**leak, "question_id": "tp-2", "prompt": "a snail racing a tortoise, claymation", "origin": "template"},
+        {**leak, "question_id": "tp-3", "prompt": "claymation snail racing a tortoise", "origin": "authored"},
+        {**leak, "question_id": "tp-4", "prompt": "close-up of a koi, subtle, subtle", "origin": "template"},
+    ]
+    for row in rows:
+        row["turns"] = [row["prompt"]]
+    kept, removed = train_pool.clean(rows, bench, [])
+    assert [row["question_id"] for row in kept] == ["tp-3", "tp-4"]
+    assert kept[1]["prompt"] == "close-up of a koi, subtle"
+    assert removed == {"manual pass": 0, "near-copy of a benchmark row": 1, "near-copy of a kept pool row": 1}
