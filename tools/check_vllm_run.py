@@ -9,6 +9,8 @@ The check fails (exit 1, each failure on its own line) unless:
   output non-empty and within max_new_tokens, every drafting run's steps adding up to its output (the prefill's
   token plus each step's emitted tokens), and every vLLM run with speculation carrying complete engine counters
   that saw drafts;
+- every vLLM run warmed up and flushed the server's prefix cache before measuring, and gave every ok record an
+  entropy (so the entropy quartiles are filled) unless it ran with `--option entropy=off`;
 - the runs are comparable: the same prompts (question ids and prompt token ids), target, dataset, output length
   and sampling settings;
 - outputs are equal token for token where they must be: between greedy runs of an engine that verifies exactly
@@ -126,6 +128,24 @@ def check_records(run: Run, report: Report) -> None:
                         "(manifest.json: engine_counters)")
 
 
+def check_server_run(run: Run, report: Report) -> None:
+    """What a vLLM run must show beside its records: a warm-up before measuring and the prefix cache flushed
+    (manifest `warmup`, `cache_flushed`), and an entropy for every ok record unless the run turned it off
+    (`--option entropy=off`), so the entropy quartiles are filled."""
+    if run.engine != "vllm":
+        return
+    warmup = run.manifest.get("warmup") or {}
+    if not warmup.get("requests") or not run.manifest.get("cache_flushed"):
+        report.fail(f"{run.name}: no warm-up or no cache flush on record (manifest.json: warmup {warmup or None}, "
+                    f"cache_flushed {run.manifest.get('cache_flushed')})")
+    if (run.manifest.get("options") or {}).get("entropy") == "off":
+        return
+    missing = [r["question_id"] for r in run.records if r["status"] == "ok" and r.get("mean_entropy") is None]
+    if missing:
+        report.fail(f"{run.name}: {len(missing)} ok records without an entropy (first: {missing[0]}), so the "
+                    "entropy quartiles are not filled")
+
+
 def check_comparable(runs: list[Run], report: Report) -> None:
     """The same prompts and the settings that decide an output in every run as in the first reference run
     (specbench tokenises its prompts itself; a server returns the ids it used)."""
@@ -219,6 +239,7 @@ def check(paths: list[Path], same_al: list[tuple[Path, Path]], tolerance: float)
     report = Report()
     for run in listed:
         check_records(run, report)
+        check_server_run(run, report)
     if listed:
         check_comparable(listed, report)
         check_outputs(listed, report)

@@ -65,6 +65,7 @@ def write_runs(synth, tweak: Callable[[str, dict[str, Any], list[dict[str, Any]]
             manifest["engine_counters"] = {"counters": {"num_drafts": len(steps), "num_accepted_tokens": acc},
                                            "summary": {"al": sum(s["emitted"] for s in steps) / len(steps)},
                                            "incomplete": False}
+            manifest.update(warmup={"requests": 2, "failed": 0, "flushed_after": True}, cache_flushed=True)
         tweak(name, manifest, records)
         paths[name] = synth.run(name, records, **manifest)
     return paths
@@ -160,6 +161,14 @@ def higher_counter_al(manifest, records):
     manifest["engine_counters"]["summary"]["al"] *= 1.08
 
 
+def no_warmup(manifest, records):
+    manifest["warmup"] = {"requests": 0, "failed": 0, "flushed_after": False}
+
+
+def no_entropy(manifest, records):
+    records[0]["mean_entropy"] = None
+
+
 @pytest.mark.parametrize("tweak, message", [
     (set_output("reference-eagle4-chain", "q2", [20, 21, 29, 23]),
      "reference-ngram vs reference-eagle4-chain: q2 differs from token 2 ([22, 23] vs [29, 23])"),
@@ -172,8 +181,11 @@ def higher_counter_al(manifest, records):
     (edit("vllm-eagle3", longer_outputs), "vllm-eagle3: max_new_tokens 16, reference-ngram has 8"),
     (edit("vllm-ngram", too_long), "vllm-ngram: q3: 9 output tokens, more than max_new_tokens 8"),
     (edit("vllm-eagle3", higher_counter_al), "+8.0%: beyond 5%"),
+    (edit("vllm-ngram", no_warmup), "vllm-ngram: no warm-up or no cache flush on record"),
+    (edit("vllm-eagle3", no_entropy), "vllm-eagle3: 1 ok records without an entropy (first: q1)"),
 ], ids=["reference-outputs-differ", "missing-record", "failed-record", "duplicate-record", "steps-do-not-add-up",
-        "incomplete-counters", "other-prompt-tokens", "other-settings", "output-past-the-cap", "al-apart"])
+        "incomplete-counters", "other-prompt-tokens", "other-settings", "output-past-the-cap", "al-apart",
+        "no-warm-up", "no-entropy"])
 def test_each_fault_fails_the_check_with_a_line_naming_it(synth, capsys, tweak, message):
     code, out, err = run_check(write_runs(synth, tweak), capsys)
     assert code == 1
