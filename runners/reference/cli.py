@@ -43,9 +43,12 @@ def methods() -> None:
 
     engines = {name: set(runner_class(name).methods()) for name in ENGINES}
     served = sorted(set().union(*engines.values()) - set(PROPOSERS))
-    # a server runner may describe its own methods (SUMMARIES); any other served method loads a checkpoint
-    own = {name: text for e in ENGINES for name, text in getattr(runner_class(e), "SUMMARIES", {}).items()}
-    summaries = {**{name: cls.summary for name, cls in PROPOSERS.items()},
+    # a server runner may describe its own methods (SUMMARIES); any other served method loads a checkpoint, and
+    # what a server runs of a reference method is said after the reference engine's summary
+    texts = {e: getattr(runner_class(e), "SUMMARIES", {}) for e in ENGINES}
+    own = {name: text for by_name in texts.values() for name, text in by_name.items()}
+    summaries = {**{name: cls.summary + "".join(f"; on {e}: {by_name[name]}" for e, by_name in texts.items()
+                                                if name in by_name) for name, cls in PROPOSERS.items()},
                  **{name: own.get(name, "a checkpoint the server loads (EAGLE-3 layout, or any draft model)")
                     for name in served}}
     table = Table(box=None, show_edge=False)
@@ -63,8 +66,10 @@ def _ints(flag: str, text: str) -> tuple[int, ...]:
 
 
 def calibrate(
-    target: str = typer.Option("smollm2-135m", help=TARGET_HELP),
+    target: str = typer.Option("smollm2-135m", help=TARGET_HELP + " Server engines: also a Hub id."),
     dtype: str = typer.Option("auto", help="auto, float32 or bfloat16: time what runs will use."),
+    engine: str = typer.Option("reference", help="reference (this process's engine), or vllm: launch (or attach "
+                               "to) a server at each K and time its steps (runners/server_calibrate.py)."),
     threads: Optional[int] = typer.Option(None, min=1, help=THREADS_HELP),
     # the grid of reference_eagle4.calibration's DEFAULT_* (kept literal here: --help imports no torch)
     batches: str = typer.Option("1,2,3,4,5,6,7,8,16", help="Batch sizes (sequences per step). Every size up "
@@ -80,13 +85,37 @@ def calibrate(
                                 "counts up to 16 and draft levels get 3x the rounds."),
     out: Optional[Path] = typer.Option(None, help="Table file (default: the cache, where runs look it up)."),
     if_missing: bool = typer.Option(False, help="Do nothing when a table for this device already exists."),
+    ks: str = typer.Option("1,3,7,15", help="Server engines: drafts per step K to time, one server launch each."),
+    max_batch: int = typer.Option(8, min=1, help="Server engines: batch sizes 1..N to time."),
+    prompts: int = typer.Option(8, min=1, help="Server engines: calibration prompts (a seeded sample of the "
+                                "training pool, disjoint from the benchmark sets) for the acceptance by depth."),
+    max_new_tokens: int = typer.Option(64, min=8, help="Server engines: tokens each calibration request decodes."),
+    tp: int = typer.Option(1, min=1, help="Server engines: tensor parallel size."),
+    endpoint: Optional[str] = typer.Option(None, help="Server engines: a running server (only its K is timed)."),
+    option: list[str] = typer.Option([], "--option", help="Server engines: server options as in `run` "
+                                     "(server_python=PATH, max_model_len=N, server_args=..., device=...)."),
+    budget: int = typer.Option(16, min=2, help="Server engines: the budget L whose compiled schedule is printed."),
 ) -> None:
     """Time the target's verification step over (batch, context, tokens) on this device: the cost table the
-    harness plans its trees with.
+    harness plans its trees with. With --engine vllm, time a server's steps and acceptance instead: the table
+    `--engine vllm --method eagle4-harness` compiles its batch size -> K schedule from.
 
     The harness reads the table matching this device, dtype and thread count; without one it calibrates a
     small grid in-process and says so. Takes a few minutes on a 2-core CPU.
     """
+    if engine != "reference":
+        reference_only = [flag for flag, given in (("--threads", threads is not None), ("--out", out is not None))
+                          if given]
+        if reference_only:
+            raise SpecbenchError(f"{reference_only[0]} is for --engine reference; a server's table lives where its "
+                                 "runs look it up")
+        _calibrate_server(engine, target, dtype, drafter, tp, endpoint, _ints("--ks", ks), max_batch, prompts,
+                          max_new_tokens, repeats, option, if_missing, budget)
+        return
+    server_only = [flag for flag, given in (("--endpoint", endpoint), ("--option", option), ("--tp", tp != 1))
+                   if given]
+    if server_only:
+        raise SpecbenchError(f"{server_only[0]} is for server engines (--engine vllm)")
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from reference_eagle4.calibration import calibrate as measure, device_key, find_table, grid_points, slug, table_dir
@@ -111,6 +140,38 @@ def calibrate(
     if table.draft_ms:
         console.print(f"one draft level (batch 1, width {w[0]}): {table.draft(1, w[0]):.1f} ms")
     console.print(f"table: {path}")
+
+
+def _calibrate_server(engine: str, target: str, dtype: str, drafter: str | None, tp: int, endpoint: str | None,
+                      ks: tuple[int, ...], max_batch: int, prompts: int, max_new_tokens: int, repeats: int,
+                      option: list[str], if_missing: bool, budget: int) -> None:
+    """`calibrate --engine vllm`: the server's table (measured, or kept with --if-missing), its step costs and
+    the schedule the harness compiles from it at C = 1 and C = max_batch."""
+    from specbench.run_cli import parse_options
+    from specbench.runners import runner_class
+    from specbench.runners.harness_policy import chain_policy
+    from specbench.runners.server_calibrate import Grid, calibrate_server
+
+    if engine != "vllm":
+        raise SpecbenchError(f"--engine {engine}: calibrate times the reference engine or a vllm server")
+    if not drafter or drafter == "none":
+        raise SpecbenchError("--drafter: the server's EAGLE-3 checkpoint (e.g. `specbench export-eagle3 "
+                             "reference_eagle4/drafters/smollm2-135m-eagle4 --out runs/eagle3-export`)")
+    runner = runner_class(engine)(target, dtype, endpoint)
+    options = {**parse_options(option), "tp": tp}
+    grid = Grid(tuple(sorted(set(ks))), max_batch, prompts, max_new_tokens, repeats)
+    table, path, measured = calibrate_server(runner, drafter, options, grid, if_missing, console.print)
+    console.print(f"table: {path}" + ("" if measured else " (exists; kept)"))
+    ks_timed = [t - 1 for t in table.tokens]
+    console.print("step ms by batch size (rows) and K (columns " + ", ".join(map(str, ks_timed)) + "):")
+    for b, row in zip(table.batches, table.verify_ms):
+        console.print(f"  {b:>3}: " + "  ".join(f"{ms:7.1f}" for ms in row[0]))
+    policy = chain_policy(table, budget)
+    console.print("acceptance by depth: " + " ".join(f"{r:.2f}" for r in policy.reach))
+    for c in sorted({1, max(table.batches)}):
+        console.print(f"compiled at L={budget}, C={c}: K={policy.k_at(c)} "
+                      f"({policy.speeds[c - 1]:.3f} expected tokens/ms)")
+    console.print(f"num_speculative_tokens_per_batch_size: {policy.schedule}")
 
 
 def _drafter_step(runner: Any, drafter: str | None) -> Callable[[int, int], Callable[[], Any]] | None:

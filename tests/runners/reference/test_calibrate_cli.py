@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from specbench.cli import app
@@ -39,3 +40,17 @@ def test_the_command_line_grid_is_the_library_default():
     for name, const in [("batches", calibration.DEFAULT_BATCHES), ("contexts", calibration.DEFAULT_CONTEXTS),
                         ("tokens", calibration.DEFAULT_TOKENS), ("widths", calibration.DEFAULT_WIDTHS)]:
         assert tuple(int(x) for x in params[name].split(",")) == const, name
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--engine", "vllm"], "--drafter: the server's EAGLE-3 checkpoint"),
+    (["--engine", "vllm", "--drafter", "/ckpt/e3", "--ks", "0,3"], "--ks '0,3': values must be at least 1"),
+    (["--engine", "vllm", "--drafter", "/ckpt/e3", "--threads", "2"], "--threads is for --engine reference"),
+    (["--endpoint", "http://127.0.0.1:8000"], "--endpoint is for server engines"),
+    (["--engine", "sglang", "--drafter", "/ckpt/e3"], "the reference engine or a vllm server"),
+])
+def test_server_calibration_flags_are_refused_in_one_line(argv, message):
+    from specbench.errors import SpecbenchError
+
+    with pytest.raises(SpecbenchError, match=message):
+        runner.invoke(app, ["calibrate", *argv], catch_exceptions=False)

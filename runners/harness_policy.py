@@ -1,0 +1,76 @@
+"""The harness's policy compiled into what a server engine executes, by the planner the reference harness plans with.
+
+The reference engine plans every step: a tree grown best-first while a node's acceptance probability pays for
+its marginal cost (`reference_eagle4.planner.TreePlanner`). A server engine takes its speculation shape at
+launch, so the same planner runs once, over a cost table measured on that server (`runners.server_calibrate`),
+and its choice becomes the engine's configuration:
+
+- vLLM verifies chains, one length K per batch size (Dynamic SD: `num_speculative_tokens_per_batch_size`, a
+  list of inclusive (first batch size, last batch size, K) ranges, vllm/config/speculative.py; vLLM expands it
+  into a batch size -> K lookup and carries the last K past the last range, v1/spec_decode/dynamic/utils.py).
+  For each batch size the planner's `best_chain` picks the K (1 <= K <= L - 1) that maximises expected tokens per
+  ms over the measured step costs and acceptance by depth; K between two timed lengths is priced by the table's
+  linear interpolation. `num_speculative_tokens` is the largest K of the schedule.
+
+What this leaves to the reference engine: per-step trees sized from each sequence's own draft confidence, and the
+harness's prompt-lookup and datastore drafts (`HARNESS_PARTS`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from reference_eagle4.cost_table import CostTable
+from reference_eagle4.planner import best_chain
+from specbench.runners.server_calibrate import reach_by_depth
+
+# engine -> (what of the harness runs there, what runs on the reference engine only)
+HARNESS_PARTS = {
+    "vllm": ("batch-aware chain length: the K per batch size that maximises expected tokens per ms, compiled "
+             "into num_speculative_tokens_per_batch_size from a calibrated cost table",
+             "per-step cost-aware trees, prompt lookup and the datastore: reference engine only"),
+}
+
+
+@dataclass(frozen=True)
+class ChainPolicy:
+    """K per batch size 1..max for one budget, and the expected tokens per ms the planner gave each."""
+
+    budget: int
+    ks: list[int]                   # ks[b - 1]: drafts at batch size b
+    speeds: list[float]             # expected tokens per ms of the whole batch at that K
+    reach: list[float]              # acceptance by depth the plan used
+
+    @property
+    def schedule(self) -> list[list[int]]:
+        """vLLM's num_speculative_tokens_per_batch_size: equal neighbouring K merged into one range."""
+        out: list[list[int]] = []
+        for b, k in enumerate(self.ks, 1):
+            if out and out[-1][2] == k:
+                out[-1][1] = b
+            else:
+                out.append([b, b, k])
+        return out
+
+    @property
+    def num_speculative_tokens(self) -> int:
+        return max(self.ks)
+
+    def k_at(self, batch: int) -> int:
+        """K at a batch size (the last range's K past it, as vLLM carries it)."""
+        return self.ks[min(max(batch, 1), len(self.ks)) - 1]
+
+    def manifest(self) -> dict[str, Any]:
+        return {"schedule": self.schedule, "num_speculative_tokens": self.num_speculative_tokens,
+                "per_batch": [{"batch": b, "k": k, "expected_tokens_per_ms": round(s, 5)}
+                              for b, (k, s) in enumerate(zip(self.ks, self.speeds), 1)],
+                "reach_by_depth": [round(r, 4) for r in self.reach]}
+
+
+def chain_policy(table: CostTable, budget: int) -> ChainPolicy:
+    """The planner's chain length at every batch size the table timed (1..its largest), at budget L."""
+    reach = reach_by_depth(table.raw)
+    plans = [best_chain(table, budget, b, table.contexts[0], reach, least=1)
+             for b in range(1, max(table.batches) + 1)]
+    return ChainPolicy(budget, [p.sizes[0] for p in plans], [p.speed for p in plans], reach)
