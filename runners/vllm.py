@@ -33,9 +33,17 @@ unauthenticated, so a server launched this way belongs on a trusted network. Bud
                    confidence head (without one vLLM gates with its acceptance estimator), and a block that
                    holds L-1 drafts (`runners.vllm_drafters`)
     draft_model    {"method": "draft_model", "model": DRAFTER, "num_speculative_tokens": L-1}
+    eagle4-harness {"method": "eagle3", "model": DRAFTER, "num_speculative_tokens": max K,
+                   "num_speculative_tokens_per_batch_size": [[1, b1, K1], [b1 + 1, b2, K2], ...]}: vLLM's Dynamic SD
+                   (vllm/config/speculative.py; v1/spec_decode/dynamic/utils.py) with the K per batch size the
+                   harness's planner picks (K <= L-1) from this server's cost table (`specbench calibrate --engine
+                   vllm`, `runners.harness_policy`); refused in one line when the server has no table. The
+                   manifest's method config holds the table's key and the compiled schedule. That is the part of
+                   the harness vLLM runs: per-step cost-aware trees, prompt lookup and the datastore stay on the
+                   reference engine.
 
-vLLM has no EAGLE-2 dynamic tree and no cost-aware harness, so eagle4-tree / eagle4-harness are refused
-here (SGLang runs eagle4-tree). Every option is read by some method of the run or refused (`check_options`).
+vLLM has no EAGLE-2 dynamic tree, so eagle4-tree is refused here (SGLang runs it). Every option is read by some
+method of the run or refused (`check_options`).
 
 Attached to a running server (`--endpoint`), `server_facts` learns what it serves: `GET /version`, and the
 speculative and parallel config from `GET /server_info` (development mode) or, without it, from /metrics
@@ -88,8 +96,9 @@ from specbench.settings import MethodSpec, Settings
 ENGINE = "vllm"
 # specbench method -> vLLM's SpeculativeConfig.method (vllm/config/speculative.py, SpeculativeMethod); DFlash2 has no
 # method of its own, it is a DFlash checkpoint architecture (v1/worker/gpu/spec_decode/__init__.py)
+HARNESS = "eagle4-harness"
 DRAFTER_METHODS = {"eagle3": "eagle3", "eagle4-chain": "eagle3", "dflash": "dflash", "dflash2": "dflash",
-                   "dspark": "dspark", "draft_model": "draft_model"}
+                   "dspark": "dspark", "draft_model": "draft_model", HARNESS: "eagle3"}
 METHODS = ("vanilla", "ngram", *DRAFTER_METHODS)
 # the method options each method reads (every other server option is read whatever the method);
 # top_k and depth shape SGLang's trees and nothing here
@@ -104,8 +113,10 @@ SPEC_FACTS = ("enabled", "method", "num_speculative_tokens", "model", "enable_ad
 
 
 def speculative_config(method: str, budget: int, drafter: str | None = None,
-                       options: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """The --speculative-config for a specbench method at budget L (None for vanilla)."""
+                       options: dict[str, Any] | None = None,
+                       schedule: list[list[int]] | None = None) -> dict[str, Any] | None:
+    """The --speculative-config for a specbench method at budget L (None for vanilla); eagle4-harness takes the
+    compiled batch size -> K `schedule` (`runners.harness_policy.ChainPolicy.schedule`)."""
     options = options or {}
     if method not in METHODS:
         raise SpecbenchError(f"--method {method!r} does not run on vLLM (choose from {', '.join(METHODS)}; "
@@ -124,8 +135,14 @@ def speculative_config(method: str, budget: int, drafter: str | None = None,
         return {"method": "ngram", "num_speculative_tokens": n, "prompt_lookup_max": hi, "prompt_lookup_min": lo}
     if not drafter:
         raise SpecbenchError(f"--method {method} on vLLM needs the draft checkpoint: --option drafter=PATH")
-    check_drafter(method, str(drafter), budget)
+    check_drafter("eagle4-chain" if method == HARNESS else method, str(drafter), budget)
     spec: dict[str, Any] = {"method": DRAFTER_METHODS[method], "model": str(drafter), "num_speculative_tokens": n}
+    if method == HARNESS:
+        if not schedule:
+            raise SpecbenchError("--method eagle4-harness on vLLM launches with a schedule compiled from the server's "
+                                 "cost table: run `specbench calibrate --engine vllm --target T --drafter D` first")
+        spec["num_speculative_tokens"] = max(k for _, _, k in schedule)
+        spec["num_speculative_tokens_per_batch_size"] = schedule
     if method in ("dflash", "dflash2"):
         spec["attention_backend"] = "flash_attn"       # the draft's own backend (spec_decode/dflash/utils.py)
     if method == "dspark":
@@ -148,14 +165,15 @@ def int_option(options: dict[str, Any], key: str, default: int, least: int = 1) 
 def launch_command(target: str, method: str, budget: int, *, tp: int = 1, drafter: str | None = None,
                    host: str = "127.0.0.1", port: int = 8000, dtype: str = "auto", max_model_len: int | None = None,
                    python: str = "python", extra: list[str] | tuple[str, ...] = (),
-                   options: dict[str, Any] | None = None) -> list[str]:
-    """The vLLM server command for one method (argv list; `runners.server.shell_join` prints it)."""
+                   options: dict[str, Any] | None = None, schedule: list[list[int]] | None = None) -> list[str]:
+    """The vLLM server command for one method (argv list; `runners.server.shell_join` prints it); `schedule` is
+    eagle4-harness's compiled batch size -> K ranges."""
     tp = int_option({"tp": tp}, "tp", 1)
     cmd = ["env", DEV_MODE, python, "-m", MODULE, "--model", str(target), "--host", host, "--port", str(port),
            "--tensor-parallel-size", str(tp), "--dtype", dtype]
     if max_model_len:
         cmd += ["--max-model-len", str(max_model_len)]
-    spec = speculative_config(method, budget, drafter, options)
+    spec = speculative_config(method, budget, drafter, options, schedule)
     if spec is not None:
         cmd += ["--speculative-config", json.dumps(spec, separators=(", ", ": ")),
                 "--per-request-spec-decode-metrics", "detailed"]
@@ -185,9 +203,11 @@ def facts_from_metrics(text: str) -> dict[str, Any]:
             "source": "/metrics"}
 
 
-def facts_mismatch(facts: dict[str, Any], method: str, budget: int, tp: int | None = None) -> str | None:
+def facts_mismatch(facts: dict[str, Any], method: str, budget: int, tp: int | None = None,
+                   drafts: int | None = None) -> str | None:
     """What a server's facts contradict of this run (--method, --budget, --option tp), in words, or None when
-    they agree or the server does not say."""
+    they agree or the server does not say. `drafts`: the num_speculative_tokens the run launches with, where it
+    is not L - 1 (eagle4-harness: its schedule's largest K)."""
     spec = facts["speculative"]
     want = None if method == "vanilla" else DRAFTER_METHODS.get(method, method)
     source = f" ({spec['source']})" if spec["source"] else ""
@@ -197,9 +217,10 @@ def facts_mismatch(facts: dict[str, Any], method: str, budget: int, tp: int | No
         return f"runs speculative decoding{source}, but this run is --method vanilla"
     if want and spec["method"] not in (None, want):
         return f"runs vLLM method {spec['method']!r}{source}, but --method {method} is vLLM's {want!r}"
-    n = spec["num_speculative_tokens"]
-    if want and n is not None and n != budget - 1:
-        return f"drafts {n} tokens per step (L={n + 1}){source}, but this run is --budget {budget}"
+    n, expected = spec["num_speculative_tokens"], budget - 1 if drafts is None else drafts
+    if want and n is not None and n != expected:
+        return (f"drafts {n} tokens per step (L={n + 1}){source}, but this run is --budget {budget}"
+                + (f" with at most {expected} drafts (its compiled schedule)" if drafts is not None else ""))
     if method == "dspark" and spec["enable_adaptive_verification"] is False:
         return f"runs DSpark without enable_adaptive_verification{source}: not the confidence-gated DSpark"
     if tp is not None and facts["tensor_parallel_size"] not in (None, tp):
@@ -212,18 +233,56 @@ class VllmRunner(ServerRunner):
     METHODS = METHODS
     extra = "vllm"
     counters_source = "vLLM /metrics: vllm:spec_decode_* counter deltas around each block"
-    build_launch_command = staticmethod(launch_command)
+    SUMMARIES = {HARNESS: "the batch-aware chain length only (K per batch size compiled from `specbench calibrate "
+                          "--engine vllm`); per-step cost-aware trees, lookup and datastore: reference engine only"}
 
     def __init__(self, target: str, dtype: str = "auto", endpoint: str | None = None):
         super().__init__(target, dtype, endpoint)
         self._tokenizer: Any = None
+        self._plans: dict[tuple[int, str], Any] = {}
         _need("prometheus_client", self.extra)
+
+    def build_launch_command(self, target: str, method: str, budget: int, **kwargs: Any) -> list[str]:
+        """`launch_command`, with eagle4-harness's schedule compiled for this server."""
+        schedule = self.harness_plan(budget, kwargs.get("options") or {})[0].schedule if method == HARNESS else None
+        return launch_command(target, method, budget, schedule=schedule, **kwargs)
+
+    def harness_plan(self, budget: int, options: dict[str, Any]) -> tuple[Any, Any, Any]:
+        """eagle4-harness's (ChainPolicy, CostTable, table file) for the server these options describe, compiled
+        once; a server with no calibrated table is refused in one line naming the command that makes one. Only
+        here does a vLLM run load the planner (torch-free modules of reference_eagle4)."""
+        from specbench.runners.harness_policy import chain_policy
+        from specbench.runners.server_calibrate import find_server_table, server_key
+
+        drafter = options.get("drafter")
+        if not drafter:
+            raise SpecbenchError(f"--method {HARNESS} on vLLM needs the draft checkpoint: --option drafter=PATH")
+        memo = (budget, json.dumps(options, sort_keys=True, default=str))
+        if memo not in self._plans:
+            key = server_key(self, options, str(drafter))
+            found = find_server_table(key)
+            if found is None:
+                tp = f" --tp {key['tp']}" if key["tp"] != 1 else ""
+                raise SpecbenchError(
+                    f"--method {HARNESS}: no cost table for this server (vllm {key['version']}, {key['device']}, tp "
+                    f"{key['tp']}, {key['dtype']}); run `specbench calibrate --engine vllm --target "
+                    f"{self.target_spec} --drafter {drafter} --dtype {key['dtype']}{tp}` first")
+            self._plans[memo] = (chain_policy(found[0], budget), *found)
+        return self._plans[memo]
 
     def method_config(self, settings: Settings) -> dict[str, Any]:
         opts = self._options(settings)
-        spec = speculative_config(settings.method, settings.budget, opts.get("drafter"), opts)
+        schedule, harness = None, {}
+        if settings.method == HARNESS:
+            from specbench.runners.harness_policy import HARNESS_PARTS
+
+            policy, table, path = self.harness_plan(settings.budget, opts)
+            schedule, (runs, left) = policy.schedule, HARNESS_PARTS[ENGINE]
+            harness = {"harness": {"cost_table": table.key, "table_file": str(path), "table_created": table.created,
+                                   **policy.manifest(), "runs_on_engine": runs, "not_on_engine": left}}
+        spec = speculative_config(settings.method, settings.budget, opts.get("drafter"), opts, schedule)
         return {"name": settings.method, "budget": settings.budget, "engine": ENGINE, "speculative_config": spec,
-                "tensor_parallel_size": int_option(opts, "tp", 1), **entropy_config(opts)}
+                "tensor_parallel_size": int_option(opts, "tp", 1), **entropy_config(opts), **harness}
 
     @classmethod
     def check_options(cls, methods: list[MethodSpec], shared: dict[str, Any]) -> None:
@@ -319,8 +378,9 @@ class VllmRunner(ServerRunner):
             raise SpecbenchError(f"{base} serves {info.get('method')} L={info.get('budget')}, but this run is "
                                  f"{s.method} L={s.budget}")
         opts = self._options(s)
+        drafts = self.harness_plan(s.budget, opts)[0].num_speculative_tokens if s.method == HARNESS else None
         clash = facts_mismatch(self._facts, s.method, s.budget,
-                               int_option(opts, "tp", 1) if "tp" in opts else None)
+                               int_option(opts, "tp", 1) if "tp" in opts else None, drafts)
         if clash:
             raise SpecbenchError(f"{base} {clash}")
 

@@ -81,7 +81,7 @@ LAYOUTS: dict[str, dict[str, Any]] = {
     "draft_model": {**QWEN3, "architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 1},
 }
 DRAFTERS = {"eagle3": "eagle3", "eagle4-chain": "eagle3", "dflash": "dflash", "dflash2": "dflash2",
-            "dspark": "dspark", "draft_model": "draft_model"}
+            "dspark": "dspark", "draft_model": "draft_model", "eagle4-harness": "eagle3"}
 # the draft architecture vLLM must resolve for the block drafters (config/speculative.py; the speculators
 # format: transformers_utils/configs/speculators/algos.py)
 DRAFT_ARCHITECTURE = {"dflash": "DFlashDraftModel", "dflash2": "DFlash2DraftModel", "dspark": "Qwen3DSparkModel"}
@@ -117,10 +117,12 @@ def emit(workdir: Path, methods: list[str] | None, budgets: list[int], tps: list
             for budget, probe in [(1, False)] if method == "vanilla" else [(b, False) for b in budgets] + [
                     (b, True) for b in probes]:
                 entry: dict[str, Any] = {"method": method, "budget": budget, "tp": tp, "probe": probe}
+                # eagle4-harness launches with a compiled batch size -> K schedule (runners.harness_policy)
+                schedule = [[1, 1, budget - 1], [2, 8, 1]] if method == "eagle4-harness" else None
                 try:
                     entry["argv"] = launch_command(str(workdir / "target"), method, budget, tp=tp, drafter=drafter,
                                                    dtype="bfloat16", max_model_len=2048,
-                                                   extra=shlex.split(server_args))
+                                                   extra=shlex.split(server_args), schedule=schedule)
                 except SpecbenchError as err:
                     entry["refused"] = str(err)
                 out.append(entry)
@@ -202,6 +204,9 @@ def intended(entry: dict[str, Any], spec: Any, args: Any) -> str | None:
     if spec.method != asked["method"] or spec.num_speculative_tokens != budget - 1:
         return (f"vLLM resolved method {spec.method!r} with {spec.num_speculative_tokens} tokens, not "
                 f"{asked['method']!r} with {budget - 1}")
+    schedule = asked.get("num_speculative_tokens_per_batch_size")
+    if schedule and [list(r) for r in spec.num_speculative_tokens_per_batch_size or []] != schedule:
+        return f"vLLM resolved the batch size -> K schedule as {spec.num_speculative_tokens_per_batch_size}"
     if method == "ngram":
         return None
     draft = spec.draft_model_config
