@@ -11,6 +11,13 @@ and its choice becomes the engine's configuration:
   For each batch size the planner's `best_chain` picks the K (1 <= K <= L - 1) that maximises expected tokens per
   ms over the measured step costs and acceptance by depth; K between two timed lengths is priced by the table's
   linear interpolation. `num_speculative_tokens` is the largest K of the schedule.
+- SGLang drafts an EAGLE-2 tree every step: `--speculative-num-steps` levels, `--speculative-eagle-topk` children
+  per frontier node with the topk best kept as the next frontier, and the `--speculative-num-draft-tokens` - 1
+  best of the topk + (steps - 1) * topk^2 candidates verified (speculative/eagle_utils.py
+  `organize_draft_results`; with topk 1 SGLang sets num_draft_tokens = steps + 1, arg_groups/speculative_hook.py).
+  `sglang_shape` builds that candidate set from the acceptance by depth and rank, lets the planner's
+  `best_sizes` choose how many to verify at the expected concurrency (drafting priced at steps levels of width
+  topk from the table), and keeps the (steps, topk, num_draft_tokens) with the most expected tokens per ms.
 
 What this leaves to the reference engine: per-step trees sized from each sequence's own draft confidence, and the
 harness's prompt-lookup and datastore drafts (`HARNESS_PARTS`).
@@ -22,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reference_eagle4.cost_table import CostTable
-from reference_eagle4.planner import best_chain
+from reference_eagle4.planner import TreePlanner, best_chain
 from specbench.runners.server_calibrate import reach_by_depth
 
 # engine -> (what of the harness runs there, what runs on the reference engine only)
@@ -74,3 +81,58 @@ def chain_policy(table: CostTable, budget: int) -> ChainPolicy:
     plans = [best_chain(table, budget, b, table.contexts[0], reach, least=1)
              for b in range(1, max(table.batches) + 1)]
     return ChainPolicy(budget, [p.sizes[0] for p in plans], [p.speed for p in plans], reach)
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """SGLang's EAGLE speculation shape for one expected concurrency, and its expected tokens per ms."""
+
+    num_steps: int
+    topk: int
+    num_draft_tokens: int           # verified per sequence, root included (SGLang counts it)
+    speed: float
+
+
+def rank_acceptance(reach: list[float]) -> list[list[float]]:
+    """A chain's reach by depth as acceptance by depth and rank (rank 1 only): accept[d-1][0] is the chance depth
+    d's top draft is accepted once depth d - 1 was."""
+    out, before = [], 1.0
+    for r in reach:
+        out.append([r / before if before > 0 else 0.0])
+        before = r
+    return out
+
+
+def tree_candidates(accept: list[list[float]], steps: int, topk: int) -> list[float]:
+    """Path probabilities of every candidate SGLang's draft makes in `steps` levels of `topk`, best first.
+    accept[d-1][r-1]: the chance the target's token at depth d is the drafter's r-th candidate, given the path
+    to its parent was accepted."""
+    frontier, out = [1.0], []
+    for row in accept[:steps]:
+        children = sorted((p * a for p in frontier for a in row[:topk]), reverse=True)
+        out += children
+        frontier = children[:topk]
+    return sorted(out, reverse=True)
+
+
+def sglang_shape(table: CostTable, budget: int, concurrency: int, accept: list[list[float]],
+                 topks: tuple[int, ...] = (1, 2, 4, 8)) -> TreeShape:
+    """The (num_steps, topk, num_draft_tokens <= L) that maximises expected tokens per ms at `concurrency`."""
+    planner = TreePlanner(table, budget, concurrency, table.contexts[0])
+    best: TreeShape | None = None
+    for topk in topks:
+        for steps in range(1, min(budget - 1, len(accept)) + 1):
+            candidates = tree_candidates(accept, steps, topk)
+            if topk == 1:                       # SGLang verifies the whole chain: steps + 1 tokens
+                candidates, least = candidates[:steps], steps
+            else:
+                least = 1
+            draft_ms = steps * table.draft(planner.batch, topk)
+            plan = planner.best_sizes([candidates] * planner.batch, draft_ms, least=least)
+            shape = TreeShape(steps, topk, plan.sizes[0] + 1, plan.speed)
+            if best is None or shape.speed > best.speed:
+                best = shape
+    if best is None:
+        raise ValueError(f"no tree fits budget L={budget} with {len(accept)} depths of acceptance")
+    return best
+

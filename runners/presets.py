@@ -1,5 +1,12 @@
 """`specbench engines preset`: the launch commands of a vLLM or SGLang server for a method, on a known hardware
-preset, and the `specbench run` commands that benchmark it."""
+preset, and the `specbench run` commands that benchmark it.
+
+For `--method eagle4-harness` it prints one script a user runs on a node of the preset: calibrate the server's cost
+table (`specbench calibrate --engine vllm`), print the serve command compiled from it (`--serve`, which reads the
+table on that node), one harness run, and the seed comparison (harness, DSpark, DFlash2 and the EAGLE-4 chain with
+vanilla, L = 8 and 16, C = 1 and 8, both prompt sets, three interleaved repeats). The harness runs on vLLM (a
+batch-aware chain, `runners.harness_policy`); SGLang's tree shape (`harness_policy.sglang_shape`) is not yet
+launched by the SGLang runner, so the script is vLLM's."""
 
 from __future__ import annotations
 
@@ -16,6 +23,10 @@ app = typer.Typer(help="Launch commands for vLLM / SGLang servers and the specbe
                   no_args_is_help=True)
 
 DRAFTER_METHODS = ("eagle3", "eagle4-chain", "eagle4-tree", "dflash", "dspark", "draft_model")
+HARNESS = "eagle4-harness"
+# the seed comparison: each method with the placeholder of its checkpoint (the harness plans with the chain's drafter)
+SEED_METHODS = {HARNESS: "$DRAFTER", "dspark": "$DSPARK", "dflash2": "$DFLASH2", "eagle4-chain": "$DRAFTER"}
+SEED_BUDGETS, SEED_DATASETS, SEED_REPEATS = (8, 16), ("prompt-enhancement", "fireworks"), 3
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,59 @@ def preset_commands(preset: str, engine: str, method: str, budget: int = 8, targ
     return shell_join(server), runs
 
 
+def harness_script(preset: str, engine: str, target: str = "$TARGET", drafter: str = "$DRAFTER") -> list[str]:
+    """The eagle4-harness script of a preset: calibrate, serve, run, and the seed comparison, as bash lines."""
+    from specbench.runners.server import shell_join
+
+    if preset not in PRESETS:
+        raise SpecbenchError(f"unknown preset {preset!r} (have: {', '.join(PRESETS)})")
+    if engine != "vllm":
+        raise SpecbenchError(f"--method {HARNESS} runs on --engine vllm (a batch-aware chain); on {engine} its tree "
+                             "shape is compiled (runners.harness_policy.sglang_shape) but not yet launched")
+    p = PRESETS[preset]
+    model = ["--target", target, "--dtype", p.dtype]
+    top = max(SEED_BUDGETS)
+    serve = f"serve-{preset}-{engine}-{HARNESS}.sh"
+    methods = ",".join(f"{m}:drafter={d}" for m, d in SEED_METHODS.items())
+    return [
+        "#!/usr/bin/env bash",
+        f"# eagle4-harness on {engine}, {p.description}: calibrate, serve, run, then the seed comparison.",
+        "set -euo pipefail",
+        ': "${TARGET:?the target model (Hub id or folder)}" "${DRAFTER:?its EAGLE-3 drafter}"',
+        ': "${DSPARK:?a DSpark checkpoint}" "${DFLASH2:?a DFlash2 checkpoint}"',
+        "# 1. the server's cost table: one launch per K (1, 3, 7, 15), minutes each; kept once it exists",
+        shell_join(["specbench", "calibrate", "--engine", engine, *model, "--drafter", drafter, "--tp", str(p.tp),
+                    "--if-missing"]),
+        f"# 2. the {engine} serve command with the K per batch size compiled from that table, for serving with "
+        f"`bash {serve}` (the runs below launch their own)",
+        shell_join(["specbench", "engines", "preset", preset, "--engine", engine, "--method", HARNESS, "--serve",
+                    "--budget", str(top), "--target", target, "--drafter", drafter]) + f" > {serve}",
+        f"# 3. one harness run, L={top}, C={max(p.concurrency)}",
+        shell_join(["specbench", "run", "--engine", engine, *model, "--method", HARNESS, "--budget", str(top),
+                    "--concurrency", str(max(p.concurrency)), "--option", f"tp={p.tp}", "--option",
+                    f"drafter={drafter}", "--out", f"runs/{preset}-{engine}-{HARNESS}-L{top}-C{max(p.concurrency)}"]),
+        "# 4. the seed comparison on each prompt set: vanilla is added; every variant repeated, interleaved",
+        *(shell_join(["specbench", "compare", "--engine", engine, *model, "--methods", methods, "--budget",
+                      ",".join(map(str, SEED_BUDGETS)), "--concurrency", ",".join(map(str, p.concurrency)),
+                      "--dataset", dataset, "--repeats", str(SEED_REPEATS), "--option", f"tp={p.tp}", "--out",
+                      f"runs/{preset}-{engine}-seed-{dataset}"]) for dataset in SEED_DATASETS),
+    ]
+
+
+def harness_serve_command(preset: str, engine: str, budget: int, target: str, drafter: str) -> str:
+    """The preset's server command for eagle4-harness, its schedule compiled from this node's cost table."""
+    from specbench.runners import runner_class
+    from specbench.runners.server import shell_join
+    from specbench.settings import Settings
+
+    if preset not in PRESETS or engine != "vllm":
+        harness_script(preset, engine)                     # the same one-line refusals
+    p = PRESETS[preset]
+    runner = runner_class(engine)(target, p.dtype)
+    options = {"drafter": drafter, "tp": p.tp, "host": p.host, "port": PORTS[engine]}
+    return shell_join(runner.launch_command(Settings(method=HARNESS, budget=budget, options=options)))
+
+
 @app.command("preset")
 def preset_cmd(
     name: str = typer.Argument(..., help=f"Preset: {', '.join(PRESETS)}."),
@@ -77,11 +141,22 @@ def preset_cmd(
     drafter: Optional[str] = typer.Option(None, help="Draft checkpoint (default: the placeholder $DRAFTER)."),
     target: str = typer.Option("$TARGET", help="Target model (HF id or folder; default: the placeholder $TARGET)."),
     dataset: str = typer.Option("prompt-enhancement", help="Dataset for the run commands."),
+    serve: bool = typer.Option(False, help="eagle4-harness: print the server command compiled from this node's "
+                               "calibrated cost table (the script's step 2)."),
 ) -> None:
-    """Print the server launch command and the specbench runs (one per concurrency) of a preset.
+    """Print the server launch command and the specbench runs (one per concurrency) of a preset; for
+    eagle4-harness, the whole script: calibrate, serve, run and the seed comparison.
 
     Example: specbench engines preset b300-tp4 --engine vllm --method eagle3 --drafter /ckpt/eagle3
     """
+    if method == HARNESS:
+        lines = ([harness_serve_command(name, engine, budget, target, drafter or "$DRAFTER")] if serve
+                 else harness_script(name, engine, target, drafter or "$DRAFTER"))
+        for line in lines:
+            console.print(line, markup=False)
+        return
+    if serve:
+        raise SpecbenchError(f"--serve is for --method {HARNESS}, whose server command depends on a calibration")
     server, runs = preset_commands(name, engine, method, budget, target, drafter, dataset)
     p = PRESETS[name]
     console.print(f"# {engine} on {p.description}: {method}, L={budget}")

@@ -46,3 +46,54 @@ def test_the_schedule_is_vllms_ranges_from_batch_size_one():
 def test_the_budget_caps_k():
     policy = chain_policy(server_table(), 4)
     assert max(policy.ks) <= 3 and policy.manifest()["num_speculative_tokens"] == max(policy.ks)
+
+
+def tree_table(draft_level_ms: float):
+    """Verification 10 ms + 0.2 ms a token per sequence (times the batch size), a draft level draft_level_ms x
+    width^0.5: wide trees are cheap alone and dear at C = 8."""
+    from reference_eagle4.cost_table import CostTable
+
+    tokens, batches, widths = list(range(1, 17)), [1, 8], [1, 2, 4, 8]
+    verify = [[[10.0 + 0.2 * t * b * b for t in tokens]] for b in batches]
+    draft = [[draft_level_ms * w ** 0.5 for w in widths] for _ in batches]
+    return CostTable({"device": "synthetic"}, batches, [512], tokens, verify, batches, widths, draft)
+
+
+# acceptance by depth and rank: the top draft is accepted 60% of the time, the second 20%, the third 10%
+ACCEPT = [[0.6, 0.2, 0.1, 0.05]] * 10
+
+
+def test_tree_candidates_follow_sglangs_beam():
+    from specbench.runners.harness_policy import tree_candidates
+
+    # two levels of top 2: 0.6, 0.2, then the children of 0.6 and 0.2 (the frontier's topk best)
+    assert tree_candidates([[0.6, 0.2], [0.5, 0.3]], 2, 2) == pytest.approx(
+        sorted([0.6, 0.2, 0.3, 0.18, 0.1, 0.06], reverse=True))
+
+
+def test_sglang_shape_is_the_planners_best_over_steps_and_topk():
+    from reference_eagle4.planner import TreePlanner
+    from specbench.runners.harness_policy import sglang_shape, tree_candidates
+
+    table = tree_table(1.0)
+    one, eight = sglang_shape(table, 16, 1, ACCEPT), sglang_shape(table, 16, 8, ACCEPT)
+    assert one.topk > 1 and one.num_draft_tokens > eight.num_draft_tokens      # wide alone, narrow in a batch
+    for c, shape in ((1, one), (8, eight)):
+        planner = TreePlanner(table, 16, c, 512)
+        for topk in (1, 2, 4, 8):            # no other shape the planner could verify is expected to be faster
+            for steps in range(1, 10):
+                cands = tree_candidates(ACCEPT, steps, topk)
+                cands = cands[:steps] if topk == 1 else cands
+                for n in range(1 if topk > 1 else steps, min(15, len(cands)) + 1):
+                    speed = c * (1 + sum(cands[:n])) / (steps * table.draft(c, topk) + planner.verify_ms(n + 1))
+                    assert speed <= shape.speed + 1e-12, (c, topk, steps, n)
+    assert one.num_draft_tokens <= 16 and (one.topk > 1 or one.num_draft_tokens == one.num_steps + 1)
+
+
+def test_a_chain_acceptance_gives_a_chain():
+    from specbench.runners.harness_policy import rank_acceptance, sglang_shape
+
+    accept = rank_acceptance([0.8, 0.6, 0.45, 0.3])
+    assert [a[0] for a in accept] == pytest.approx([0.8, 0.75, 0.75, 2 / 3])
+    shape = sglang_shape(tree_table(1.0), 16, 1, accept)
+    assert shape.topk == 1 and shape.num_draft_tokens == shape.num_steps + 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
 
 import pytest
 from typer.testing import CliRunner
@@ -90,3 +91,69 @@ def test_refusals():
     # SGLang's DSpark needs a cost table profiled on the server's hardware, which a preset cannot name
     with pytest.raises(SpecbenchError, match="--option sps_table=PATH"):
         preset_commands("b300-tp4", "sglang", "dspark", 8, drafter="/ckpt/dspark")
+
+
+
+# The eagle4-harness script a B300 TP=4 user runs: what it calibrates, serves, runs and compares is pinned here.
+HARNESS_SCRIPT = [
+    '#!/usr/bin/env bash',
+    '# eagle4-harness on vllm, 4x NVIDIA B300, tensor parallel 4: calibrate, serve, run, then the seed comparison.',
+    'set -euo pipefail',
+    ': "${TARGET:?the target model (Hub id or folder)}" "${DRAFTER:?its EAGLE-3 drafter}"',
+    ': "${DSPARK:?a DSpark checkpoint}" "${DFLASH2:?a DFlash2 checkpoint}"',
+    "# 1. the server's cost table: one launch per K (1, 3, 7, 15), minutes each; kept once it exists",
+    'specbench calibrate --engine vllm --target "$TARGET" --dtype bfloat16 --drafter "$DRAFTER" --tp 4 --if-missing',
+    '# 2. the vllm serve command with the K per batch size compiled from that table, for serving with `bash serve-b300-tp4-vllm-eagle4-harness.sh` (the runs below launch their own)',
+    'specbench engines preset b300-tp4 --engine vllm --method eagle4-harness --serve --budget 16 --target "$TARGET" --drafter "$DRAFTER" > serve-b300-tp4-vllm-eagle4-harness.sh',
+    '# 3. one harness run, L=16, C=8',
+    'specbench run --engine vllm --target "$TARGET" --dtype bfloat16 --method eagle4-harness --budget 16 --concurrency 8 --option tp=4 --option "drafter=$DRAFTER" --out runs/b300-tp4-vllm-eagle4-harness-L16-C8',
+    '# 4. the seed comparison on each prompt set: vanilla is added; every variant repeated, interleaved',
+    'specbench compare --engine vllm --target "$TARGET" --dtype bfloat16 --methods "eagle4-harness:drafter=$DRAFTER,dspark:drafter=$DSPARK,dflash2:drafter=$DFLASH2,eagle4-chain:drafter=$DRAFTER" --budget 8,16 --concurrency 1,8 --dataset prompt-enhancement --repeats 3 --option tp=4 --out runs/b300-tp4-vllm-seed-prompt-enhancement',
+    'specbench compare --engine vllm --target "$TARGET" --dtype bfloat16 --methods "eagle4-harness:drafter=$DRAFTER,dspark:drafter=$DSPARK,dflash2:drafter=$DFLASH2,eagle4-chain:drafter=$DRAFTER" --budget 8,16 --concurrency 1,8 --dataset fireworks --repeats 3 --option tp=4 --out runs/b300-tp4-vllm-seed-fireworks',
+]
+
+
+def test_the_harness_preset_prints_one_script_to_calibrate_serve_run_and_compare(tmp_path):
+    res = cli.invoke(app, ["engines", "preset", "b300-tp4", "--engine", "vllm", "--method", "eagle4-harness"])
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines() == HARNESS_SCRIPT
+    script = tmp_path / "seed.sh"
+    script.write_text(res.output)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    compares = [shlex.split(line) for line in HARNESS_SCRIPT if line.startswith("specbench compare")]
+    assert [c[c.index("--dataset") + 1] for c in compares] == ["prompt-enhancement", "fireworks"]
+    for argv in compares:
+        methods = [m.split(":")[0] for m in argv[argv.index("--methods") + 1].split(",")]
+        assert methods == ["eagle4-harness", "dspark", "dflash2", "eagle4-chain"]      # vanilla is always added
+        assert argv[argv.index("--budget") + 1] == "8,16" and argv[argv.index("--concurrency") + 1] == "1,8"
+        assert "tp=4" in argv
+
+
+def test_the_harness_preset_refuses_what_it_cannot_print():
+    from specbench.runners.presets import harness_script
+
+    with pytest.raises(SpecbenchError, match="runs on --engine vllm"):
+        harness_script("b300-tp4", "sglang")
+    with pytest.raises(SpecbenchError, match="--serve is for --method eagle4-harness"):
+        cli.invoke(app, ["engines", "preset", "b300-tp4", "--engine", "vllm", "--method", "eagle3", "--serve"],
+                   catch_exceptions=False)
+
+
+def test_the_harness_serve_command_is_compiled_from_the_nodes_table(tmp_path, monkeypatch):
+    from specbench.runners import server_calibrate
+    from specbench.runners.hardware import server_hardware
+    from specbench.runners.presets import harness_serve_command
+    from specbench.runners.server_calibrate import table_key, table_path
+    from test_harness_policy import server_table
+
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path))
+    monkeypatch.setattr(server_calibrate, "engine_version", lambda python, engine="vllm": "0.33.0")
+    with pytest.raises(SpecbenchError, match="no cost table"):
+        harness_serve_command("b300-tp4", "vllm", 16, "org/target", "/ckpt/e3")
+    key = table_key("vllm", "0.33.0", server_hardware(None)["device"], 4, "org/target", "/ckpt/e3", "bfloat16")
+    table = server_table()
+    table.save(table_path(key))
+    argv = shlex.split(harness_serve_command("b300-tp4", "vllm", 16, "org/target", "/ckpt/e3"))
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert spec["num_speculative_tokens_per_batch_size"][0] == [1, 1, 9] and spec["num_speculative_tokens"] == 9
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "4" and argv[argv.index("--port") + 1] == "8000"
