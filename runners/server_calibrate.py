@@ -77,10 +77,11 @@ def resolved(spec: str) -> str:
 
 
 def table_key(engine: str, version: str, device: str, tp: int, target: str, drafter: str, dtype: str,
-              ) -> dict[str, Any]:
-    """What a server step's cost and acceptance depend on."""
+              server_args: str = "") -> dict[str, Any]:
+    """What a server step's cost and acceptance depend on (`server_args`: extra launch flags, e.g.
+    --enforce-eager or --max-num-batched-tokens, which change a step's cost too)."""
     return {"engine": engine, "version": version, "device": device, "tp": tp, "target": target,
-            "drafter": drafter, "dtype": dtype, "revision": SERVER_COSTS_REVISION}
+            "drafter": drafter, "dtype": dtype, "server_args": server_args, "revision": SERVER_COSTS_REVISION}
 
 
 def table_path(key: dict[str, Any], folder: Path | None = None) -> Path:
@@ -112,7 +113,7 @@ def engine_version(python: str, engine: str = "vllm") -> str:
 
 def server_key(runner: ServerRunner, options: dict[str, Any], drafter: str) -> dict[str, Any]:
     """The key of the server a run or a calibration talks to: the engine version its Python imports (or, attached,
-    what GET /version says), where it runs, --option tp, the target and drafter, the dtype."""
+    what GET /version says), where it runs, --option tp, the target and drafter, the dtype, --option server_args."""
     if runner.endpoint:
         status, data, text = runner.get_json(runner.endpoint + "/version")
         if status != 200 or not isinstance(data, dict) or not isinstance(data.get("version"), str):
@@ -124,7 +125,8 @@ def server_key(runner: ServerRunner, options: dict[str, Any], drafter: str) -> d
     device = server_hardware(runner.endpoint, options.get("device"))["device"]
     folder = local_target_folder(runner.target_spec)
     return table_key(runner.engine, version, device, int(options.get("tp", 1)),
-                     str(folder.resolve()) if folder else runner.target_spec, resolved(drafter), runner.dtype_name)
+                     str(folder.resolve()) if folder else runner.target_spec, resolved(drafter), runner.dtype_name,
+                     " ".join(str(options.get("server_args", "")).split()))
 
 
 # -- what the measurements give ---------------------------------------------------------------------------------

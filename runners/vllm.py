@@ -79,6 +79,7 @@ gives the exact mean entropy (`metrics.specbench.mean_entropy` from `specbench s
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from typing import Any
 
@@ -262,11 +263,12 @@ class VllmRunner(ServerRunner):
             key = server_key(self, options, str(drafter))
             found = find_server_table(key)
             if found is None:
-                tp = f" --tp {key['tp']}" if key["tp"] != 1 else ""
+                same = "".join(f" --option {k}={shlex.quote(str(options[k]))}"
+                               for k in ("server_python", "server_args", "device") if options.get(k))
                 raise SpecbenchError(
                     f"--method {HARNESS}: no cost table for this server (vllm {key['version']}, {key['device']}, tp "
                     f"{key['tp']}, {key['dtype']}); run `specbench calibrate --engine vllm --target "
-                    f"{self.target_spec} --drafter {drafter} --dtype {key['dtype']}{tp}` first")
+                    f"{self.target_spec} --drafter {drafter} --dtype {key['dtype']} --tp {key['tp']}{same}` first")
             self._plans[memo] = (chain_policy(found[0], budget), *found)
         return self._plans[memo]
 

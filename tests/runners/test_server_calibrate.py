@@ -95,7 +95,7 @@ def test_tables_are_keyed_by_the_server_and_found_again(tmp_path):
     found, path = find_server_table(KEY, tmp_path)
     assert found.verify_ms == table.verify_ms and path.name.startswith("server-vllm-0.32.0-tp1-target-drafter-")
     for change in ({"version": "0.33.0"}, {"device": "4x NVIDIA B300"}, {"tp": 4}, {"drafter": "/m/other"},
-                   {"dtype": "float32"}):
+                   {"dtype": "float32"}, {"server_args": "--enforce-eager"}):
         assert find_server_table({**KEY, **change}, tmp_path) is None, change
 
 
