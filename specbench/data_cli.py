@@ -131,10 +131,13 @@ def export(
 
 @app.command("import")
 def import_file(
-    kind: Annotated[ImportKind, typer.Argument(help="spec-bench (also MT-Bench), vbench, partiprompts or geneval.")],
+    kind: Annotated[
+        ImportKind, typer.Argument(help="spec-bench (also MT-Bench), vbench, partiprompts, geneval or humaneval.")
+    ],
     path: Annotated[
         Path,
-        typer.Argument(help="question.jsonl, VBench_full_info.json, PartiPrompts TSV or evaluation_metadata.jsonl."),
+        typer.Argument(help="question.jsonl, VBench_full_info.json, PartiPrompts TSV, evaluation_metadata.jsonl or "
+                       "HumanEval.jsonl.gz."),
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output .jsonl file in the specbench schema.")],
     source: Annotated[

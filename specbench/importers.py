@@ -1,13 +1,14 @@
 """Importers: published prompt files -> rows in our schema, so public benchmarks run through the same loader.
 
-Formats: Spec-Bench / MT-Bench `question.jsonl`, VBench `VBench_full_info.json`, PartiPrompts TSV and GenEval
-`evaluation_metadata.jsonl`. A bad item is reported as `PATH:LINE: problem` (for a JSON array, LINE is the
+Formats: Spec-Bench / MT-Bench `question.jsonl`, VBench `VBench_full_info.json`, PartiPrompts TSV, GenEval
+`evaluation_metadata.jsonl` and HumanEval `HumanEval.jsonl.gz`. A bad item is reported as `PATH:LINE: problem` (for a JSON array, LINE is the
 item's number) and the import fails as a whole: a partial import would silently drop prompts.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -89,11 +90,23 @@ def import_geneval(path: Path, source: str = "geneval") -> list[Row]:
     return _convert(_lines(path), convert, path)
 
 
+def import_humaneval(path: Path, source: str = "humaneval") -> list[Row]:
+    """HumanEval `HumanEval.jsonl.gz` (or the .jsonl inside): {task_id, prompt, ...} per line; the prompt (a
+    signature and docstring to complete) is the user turn, the way Spec-Bench-style suites send it."""
+
+    def convert(number: int, text: str) -> dict[str, Any]:
+        item = _require(_json_object(text), "task_id", "prompt")
+        return _text_row(f"{source}-{number:04d}", "code", source, item["prompt"])
+
+    return _convert(_lines(path), convert, path)
+
+
 IMPORTERS: dict[str, Callable[[Path, str], list[Row]]] = {
     "spec-bench": import_spec_bench,
     "vbench": import_vbench,
     "partiprompts": import_partiprompts,
     "geneval": import_geneval,
+    "humaneval": import_humaneval,
 }
 
 
@@ -111,6 +124,7 @@ def import_file(kind: str, path: str | Path, source: str | None = None) -> list[
 
 
 def _text_row(question_id: str, category: str, family: str, prompt: Any) -> dict[str, Any]:
+    """A row of a published prompt set (origin `package`): the prompt is the only user turn."""
     return {
         "question_id": question_id,
         "category": category,
@@ -121,6 +135,7 @@ def _text_row(question_id: str, category: str, family: str, prompt: Any) -> dict
         "image": None,
         "image_caption": None,
         "reference": None,
+        "origin": "package",
     }
 
 
@@ -143,7 +158,9 @@ def _convert(items: Iterable[tuple[int, Any]], convert: Callable[[int, Any], dic
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    with path.open(encoding="utf-8") as handle:
+    """Numbered non-blank lines of a text file, gzip-compressed when its name ends in .gz."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
         yield from ((number, text) for number, text in enumerate(handle, start=1) if text.strip())
 
 

@@ -50,8 +50,8 @@ KNOWN_CATEGORIES = frozenset(CREATIVE_CATEGORIES + GENERAL_CATEGORIES + IMPORTED
 _REQUIRED_STR = ("question_id", "category", "source_dataset", "prompt")
 _OPTIONAL_STR = ("system_prompt_id", "image_caption", "reference", "license")
 OPTIONAL_FIELDS = ("system_prompt_id", "image", "image_caption", "reference", "license", "origin")
-# Who wrote a row's text: people for this project, a template filled in by a script, or a published set that a
-# package ships (then `source_dataset` names it and `license` is its license).
+# Who wrote a row's text: people for this project, a template filled in by a script, or a published prompt set
+# (then `source_dataset` names it and `license` is its license).
 ORIGINS = ("authored", "template", "package")
 
 

@@ -5,8 +5,9 @@ drafter the test set; so do two near-identical pool rows teach it one row twice.
 rewordings that exact or word n-gram rules miss (inflections, punctuation, swapped word order), and TF-IDF
 weights make shared rare strings ("lrucache", "13 feet") count more than shared filler ("a photo of").
 
-numpy and scipy only (both already dependencies); scikit-learn's TfidfVectorizer(analyzer="char_wb",
-ngram_range=(3, 5), sublinear_tf=True) computes the same weights.
+numpy and scipy only (both already dependencies). The weights are scikit-learn's TfidfVectorizer(
+analyzer="char_wb", ngram_range=(3, 5), sublinear_tf=True) fitted on the benchmark rows, except that an n-gram
+the benchmark never uses weighs as the rarest one, where scikit-learn would drop it.
 """
 
 from __future__ import annotations

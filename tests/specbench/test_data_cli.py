@@ -26,7 +26,7 @@ def test_list_json_counts():
     counts = json.loads(result.stdout)
     pe, fw = counts["prompt-enhancement"], counts["fireworks"]
     assert pe["rows"] == 400 and set(pe["categories"].values()) == {100} and len(pe["categories"]) == 4
-    assert len(pe["families"]) == 18 and sum(pe["families"].values()) == 400
+    assert len(pe["families"]) == 14 and sum(pe["families"].values()) == 400
     assert fw["rows"] == 138
     assert fw["categories"] == {"chat": 30, "code": 30, "coding-long": 18, "math": 30, "stem": 30}
 
@@ -94,7 +94,7 @@ def test_export_spec_bench_and_hub(tmp_path, monkeypatch):
 
     result = runner.invoke(app, ["export", "fireworks", "-f", "hub", "-o", str(tmp_path / "hub")])
     assert result.exit_code == 0, result.output
-    assert "license: cc-by-4.0" in (tmp_path / "hub" / "README.md").read_text()
+    assert "- cc-by-4.0\n- apache-2.0\n- mit" in (tmp_path / "hub" / "README.md").read_text()
     assert load_rows(f"hf:{tmp_path / 'hub'}:test") == load_rows("fireworks")
 
 

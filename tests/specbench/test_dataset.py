@@ -268,10 +268,37 @@ def test_prompt_enhancement_counts():
     assert len(rows) == 400
     assert Counter(row.category for row in rows) == {category: 100 for category in CREATIVE}
     families = Counter(row.source_dataset for row in rows)
-    assert len(families) == 18 and min(families.values()) >= 12
+    assert len(families) == 14 and min(families.values()) >= 20
+    assert {row.source_dataset for row in rows if row.category == "text-to-video"} == {"vbench"}
     for row in rows:
         needs_caption = row.category.startswith("image-to-")
         assert (row.image_caption is not None) == needs_caption, row.question_id
+
+
+def test_every_bundled_row_names_its_origin_and_license():
+    """Drawn rows carry their published set's license; authored rows the card's."""
+    licenses = {"vbench": "apache-2.0", "humaneval": "mit"}
+    for name in dataset.bundled_names():
+        for row in load_rows(name):
+            if row.source_dataset in licenses:
+                assert (row.origin, row.license) == ("package", licenses[row.source_dataset]), row.question_id
+            else:
+                assert (row.origin, row.license) == ("authored", "cc-by-4.0"), row.question_id
+
+
+def test_card_states_the_measured_traits():
+    """The card's trait table is what tools/prompt_traits.py measures on the bundled rows."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("prompt_traits", DATA_DIR.parent / "tools" / "prompt_traits.py")
+    traits = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(traits)
+    measured = traits.table([row.to_dict() for row in load_rows("prompt-enhancement")])
+    _, body = card()
+    assert "\n".join(measured) in body
+    assert traits.traits("a cat on a roof --ar 16:9 🐱") == {"emoji", "parameter syntax"}
+    assert traits.traits("mach den Himmel blau und die Wolken zu einem Sturm") == {"non-English"}
+    assert traits.traits("make the den cozy and let the old plant die back a little") == set()
 
 
 def test_fireworks_counts():
@@ -296,7 +323,7 @@ def card():
 
 def test_dataset_card_header_matches_the_files():
     header, _ = card()
-    assert header["license"] == "cc-by-4.0"
+    assert header["license"] == ["cc-by-4.0", "apache-2.0", "mit"]
     for key in ("task_categories", "size_categories", "source_datasets", "annotations_creators", "language_creators"):
         assert header[key], key
     configs = {config["config_name"]: config["data_files"] for config in header["configs"]}
@@ -317,7 +344,8 @@ def test_dataset_card_counts_match_the_data():
 def test_dataset_card_says_what_the_sets_stand_for_first():
     _, body = card()
     first = body.split("\n\n")[1]
-    assert "authored stand-ins" in first and "fal's 400 prompt-enhancement" in first and "Fireworks' 138" in first
+    assert "**stand-ins**" in first and "fal's 400 prompt-enhancement" in first and "Fireworks' 138" in first
+    assert "VBench" in first and "HumanEval" in first and "written for this project" in first
     for section in ("## What differs from the originals", "## Running the originals", "## Out-of-scope use",
                     "## Limitations", "## Citation"):
         assert section in body

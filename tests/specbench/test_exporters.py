@@ -101,7 +101,7 @@ def test_bundled_hub_export_carries_the_card_system_prompts_and_a_working_snippe
     _, header, body = card.split("---\n", 2)
     meta = yaml.safe_load(header)
     assert meta["dataset_version"] == bundled_version() and meta["source_datasets"]
-    assert "authored stand-ins" in body and "## Limitations" in body and "## Training-prompt pool" not in body
+    assert "**stand-ins**" in body and "## Limitations" in body and "## Training-prompt pool" not in body
     assert json.loads((folder / "system_prompts.json").read_text(encoding="utf-8")) == system_prompts()
     snippet = body.split("```python\n", 1)[1].split("```", 1)[0]
     namespace = {"system_prompts": system_prompts()}

@@ -141,3 +141,20 @@ def test_import_file_errors(tmp_path):
     (tmp_path / "latin1.jsonl").write_bytes(b'{"tag": "x", "prompt": "caf\xe9"}\n')
     with pytest.raises(SpecbenchError, match="not UTF-8"):
         importers.import_file("geneval", tmp_path / "latin1.jsonl")
+
+
+def test_humaneval_gzip(tmp_path):
+    import gzip
+
+    path = tmp_path / "HumanEval.jsonl.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        handle.write(json.dumps({"task_id": "HumanEval/0", "prompt": "def add(a, b):\n    \"\"\"Add.\"\"\"\n",
+                                 "entry_point": "add"}) + "\n")
+        handle.write(json.dumps({"prompt": "def f():\n"}) + "\n")
+    with pytest.raises(SpecbenchError, match=f"{path}:2: missing 'task_id'"):
+        importers.import_file("humaneval", path)
+    path.write_bytes(gzip.compress(b'{"task_id": "HumanEval/0", "prompt": "def add(a, b):\\n"}\n'))
+    rows = importers.import_file("humaneval", path)
+    assert rows == [Row("humaneval-0001", "code", "humaneval", "def add(a, b):\n", ("def add(a, b):\n",),
+                        origin="package")]
+    assert_valid(rows, tmp_path)

