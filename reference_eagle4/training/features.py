@@ -163,3 +163,43 @@ def build_features(regen_path: str | Path, target_folder: str | Path, out_path: 
     n_tok = sum(len(s["tokens"]) for s in samples)
     log(f"features: {len(samples)} samples, {n_tok} tokens in {time.time() - t0:.0f} s -> {out_path}")
     return samples
+
+
+def extract_to_store(token_dir: str | Path, feature_dir: str | Path, target_folder: str | Path, *,
+                     topk: int = 32, batch: int = 16, shard_records: int = 128, minutes: float | None = None,
+                     dtype: str = "auto", threads: int | None = None,
+                     log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Teacher-forced features of every TokenStore record not yet in the FeatureStore, a shard at a time
+    (an interruption loses at most the shard in flight); return this call's counts and throughput."""
+    from reference_eagle4.device import resolve_dtype
+    from reference_eagle4.linears import pack_linears
+    from reference_eagle4.model import load_transformer
+    from reference_eagle4.training.store import FeatureStore, TokenStore
+
+    if threads:
+        torch.set_num_threads(threads)
+    tokens = TokenStore(token_dir)
+    model = pack_linears(load_transformer(target_folder, resolve_dtype(dtype)))
+    capture = tuple(model.args.eagle_layers)
+    store = FeatureStore(feature_dir, {"capture": list(capture), "topk": topk, "dim": model.args.dim})
+    todo = [i for i, e in enumerate(tokens.entries) if e["n_out"] > 0 and e["key"] not in store]
+    log(f"features: {len(store)} records stored, {len(todo)} to compute (batch {batch}, {shard_records} per shard)")
+    deadline = time.time() + 60 * minutes if minutes else None
+    stats = {"records": 0, "positions": 0, "response_tokens": 0, "seconds": 0.0}
+    t0 = time.time()
+    for start in range(0, len(todo), shard_records):
+        if deadline is not None and time.time() > deadline:
+            log("features: time budget reached")
+            break
+        rows = tokens.rows(todo[start: start + shard_records])
+        samples = teacher_pass(model, rows, capture, topk=topk, batch=batch, log=lambda m: None)
+        name = store.write_shard(samples, {r["id"]: r["pool_id"] for r in rows})
+        stats["records"] += len(rows)
+        stats["positions"] += sum(len(r["prompt_ids"]) + len(r["output_ids"]) for r in rows)
+        stats["response_tokens"] += sum(len(r["output_ids"]) for r in rows)
+        dt = time.time() - t0
+        log(f"features: {name}, {len(store)} records stored; this call {stats['response_tokens']} response "
+            f"tokens ({stats['response_tokens'] / dt:.0f}/s), {stats['positions']} positions "
+            f"({stats['positions'] / dt:.0f}/s) in {dt:.0f} s")
+    stats["seconds"] = round(time.time() - t0, 1)
+    return stats

@@ -71,23 +71,34 @@ def done_ids(path: Path) -> set[str]:
     return ids
 
 
+def load_target(folder: Path, dtype: str = "auto", threads: int | None = None):
+    """(tokenizer, EOS ids, packed target in the machine's dtype) for decoding the pool."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from reference_eagle4.device import resolve_dtype
+    from reference_eagle4.linears import pack_linears
+    from reference_eagle4.model import load_transformer
+    from reference_eagle4.weights import eos_ids
+
+    if threads:
+        torch.set_num_threads(threads)
+    tok = AutoTokenizer.from_pretrained(folder)
+    return tok, set(eos_ids(folder, tok)), pack_linears(load_transformer(folder, resolve_dtype(dtype)))
+
+
+def chat_ids(tok, chat: Chat, row: dict[str, Any]) -> list[int]:
+    return list(tok.apply_chat_template(chat(row), add_generation_prompt=True, tokenize=True, return_dict=False))
+
+
 def regenerate(pool_path: str | Path, out_path: str | Path, target_folder: str | Path, chat: Chat, *,
                max_new_tokens: int = 256, concurrency: int = 8, seed: int = 0, limit: int | None = None,
                minutes: float | None = None, dtype: str = "auto", threads: int | None = None,
                method: str = "vanilla", budget: int = 1, log: Callable[[str], None] = print) -> int:
     """Decode pool prompts with the target; return how many rows the output file holds afterwards."""
-    import torch
-    from transformers import AutoTokenizer
-
-    from reference_eagle4.device import resolve_dtype
     from reference_eagle4.engine import Engine, GenerationConfig, Request
-    from reference_eagle4.linears import pack_linears
-    from reference_eagle4.model import load_transformer
     from reference_eagle4.proposers import PROPOSERS
-    from reference_eagle4.weights import eos_ids
 
-    if threads:
-        torch.set_num_threads(threads)
     pool_path, out_path, folder = Path(pool_path), Path(out_path), Path(target_folder)
     rows = ordered(load_pool(pool_path), seed)
     if limit is not None:
@@ -97,9 +108,7 @@ def regenerate(pool_path: str | Path, out_path: str | Path, target_folder: str |
     log(f"regenerate: {len(have)} rows done, {len(todo)} to go (pool {len(rows)})")
     if not todo:
         return len(have)
-    tok = AutoTokenizer.from_pretrained(folder)
-    eos = set(eos_ids(folder, tok))
-    model = pack_linears(load_transformer(folder, resolve_dtype(dtype)))
+    tok, eos, model = load_target(folder, dtype, threads)
     by_id = {r["id"]: r for r in todo}
     deadline = time.time() + 60 * minutes if minutes else None
 
@@ -108,9 +117,7 @@ def regenerate(pool_path: str | Path, out_path: str | Path, target_folder: str |
             if deadline is not None and time.time() > deadline:
                 log("regenerate: time budget reached, no new requests")
                 return
-            ids = tok.apply_chat_template(chat(r), add_generation_prompt=True, tokenize=True,
-                                          return_dict=False)
-            yield Request(r["id"], list(ids), {"category": r["category"]})
+            yield Request(r["id"], chat_ids(tok, chat, r), {"category": r["category"]})
 
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, eos_ids=tuple(sorted(eos)),
                            concurrency=concurrency, seed=seed)

@@ -46,7 +46,100 @@ def check_init_from(folder: Path, kind: str) -> None:
                              f"{' or '.join(want)}")
 
 
+def _pool_file(pool: Optional[Path]):
+    """The --pool file, or the bundled training pool (a context manager yielding its path)."""
+    from contextlib import nullcontext
+    from importlib import resources
+
+    if pool is not None:
+        if not pool.exists():
+            raise SpecbenchError(f"--pool {pool}: no such file")
+        return nullcontext(pool)
+    return resources.as_file(resources.files("specbench.bundled") / "train-pool.jsonl")
+
+
+def _temperatures(text: str) -> tuple[float, ...]:
+    try:
+        temps = tuple(float(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise SpecbenchError(f"--temperatures {text!r}: comma-separated numbers, e.g. 0.7,0.85,1.0") from None
+    if not temps or any(t <= 0 for t in temps):
+        raise SpecbenchError(f"--temperatures {text!r}: give one or more temperatures above 0")
+    return temps
+
+
+def _target(target: str) -> Path:
+    from reference_eagle4.weights import WeightsError, resolve_target
+
+    try:
+        return resolve_target(target)
+    except WeightsError as err:
+        raise SpecbenchError(f"--target: {err}") from None
+
+
+data_app = typer.Typer(help="Distillation data at scale: responses (greedy + sampled) into a token store, then "
+                       "teacher-forced features into a sharded feature store. Every stage appends and resumes.",
+                       no_args_is_help=True)
+
+
+@data_app.command("generate")
+def data_generate(
+    out: Path = typer.Option(Path("runs/train-data"), help="Data folder: OUT/tokens (the token store) and "
+                             "OUT/generate.log."),
+    target: str = typer.Option("smollm2-135m", help="Known target name, a .gguf file, or a HF folder."),
+    pool: Optional[Path] = typer.Option(None, help="Training prompts JSONL (default: the bundled pool)."),
+    tokens: int = typer.Option(2_000_000, min=1, help="Stop once the store holds this many response tokens."),
+    minutes: Optional[float] = typer.Option(None, min=0.1, help="Stop after this many minutes of this call."),
+    samples: int = typer.Option(8, min=0, help="Sampled responses per prompt beside the greedy one."),
+    temperatures: str = typer.Option("0.7,0.85,1.0", help="Sampling temperatures, cycled over the rounds."),
+    concurrency: int = typer.Option(48, min=1, help="Requests in flight (the engine's continuous batching)."),
+    method: str = typer.Option("ngram", help="Lossless decoding method: " + ", ".join(REGEN_METHODS) + "."),
+    budget: int = typer.Option(8, min=1, help="The method's budget L (vanilla uses 1)."),
+    max_new_tokens: int = typer.Option(160, min=1, help="Longest response."),
+    seed: int = typer.Option(0, help="Seeds prompt order and every request's sampling."),
+    threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: all)."),
+) -> None:
+    """Decode the pool (greedy, then sampled rounds) into OUT/tokens; Ctrl-C loses only requests in flight.
+
+    Example: nice -n 19 specbench train-data generate --out runs/train-data --tokens 2000000
+    """
+    from reference_eagle4.training.generate import GenPlan, generate
+    from reference_eagle4.training.pipeline import _Log
+
+    if method not in REGEN_METHODS:
+        raise SpecbenchError(f"--method {method!r}: choose one of {', '.join(REGEN_METHODS)}")
+    plan = GenPlan(samples=samples, temperatures=_temperatures(temperatures), concurrency=concurrency,
+                   method=method, budget=1 if method == "vanilla" else budget, max_new_tokens=max_new_tokens,
+                   seed=seed, target_tokens=tokens, minutes=minutes)
+    out.mkdir(parents=True, exist_ok=True)
+    with _pool_file(pool) as pool_path:
+        generate(pool_path, out / "tokens", _target(target), pool_chat(pool_path), plan, threads=threads,
+                 log=_Log(out / "generate.log", echo=True))
+
+
+@data_app.command("features")
+def data_features(
+    out: Path = typer.Option(Path("runs/train-data"), help="Data folder holding OUT/tokens; features go to "
+                             "OUT/features, the log to OUT/features.log."),
+    target: str = typer.Option("smollm2-135m", help="The target that generated OUT/tokens."),
+    batch: int = typer.Option(16, min=1, help="Sequences per target forward."),
+    shard: int = typer.Option(128, min=1, help="Records per shard (what an interruption can lose)."),
+    minutes: Optional[float] = typer.Option(None, min=0.1, help="Stop after this many minutes of this call."),
+    threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: all)."),
+) -> None:
+    """Teacher-forced features of every stored response not yet featurised, appended shard by shard."""
+    from reference_eagle4.training.features import extract_to_store
+    from reference_eagle4.training.pipeline import _Log
+
+    if not (out / "tokens" / "meta.json").exists():
+        raise SpecbenchError(f"--out {out}: no token store at {out / 'tokens'} (run specbench train-data generate)")
+    extract_to_store(out / "tokens", out / "features", _target(target), batch=batch, shard_records=shard,
+                     minutes=minutes, threads=threads, log=_Log(out / "features.log", echo=True))
+
+
 def register(app: typer.Typer) -> None:
+    app.add_typer(data_app, name="train-data")
+
     @app.command()
     def train(
         drafter: str = typer.Option("eagle4", help="Drafter kind to train: eagle4, dflash or dspark."),

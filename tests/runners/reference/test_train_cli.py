@@ -101,3 +101,41 @@ def test_init_from_must_be_a_drafter_of_a_kind_that_can_start_this_one(tmp_path)
     assert str(res.exception).endswith("a dflash drafter; --drafter eagle4 starts from eagle4")
     res = runner.invoke(app, ["train", "--drafter", "dspark", "--init-from", str(tmp_path), "--out", str(tmp_path)])
     assert "needs a drafter folder" in str(res.exception)
+
+
+def test_train_data_generates_greedy_and_sampled_responses_and_resumes_with_features(tiny_target, tmp_path):
+    from reference_eagle4.training.store import FeatureStore, TokenStore
+
+    p, out = pool(tmp_path / "pool"), tmp_path / "data"
+    gen = ["train-data", "generate", "--target", str(tiny_target), "--pool", str(p), "--out", str(out),
+           "--samples", "2", "--temperatures", "0.8", "--concurrency", "4", "--max-new-tokens", "6",
+           "--threads", "1"]
+    res = runner.invoke(app, [*gen, "--tokens", "20"])
+    assert res.exit_code == 0, res.output
+    first = TokenStore(out / "tokens")
+    assert 20 <= first.response_tokens < 5 * 3 * 6 and {e["temperature"] for e in first.entries} == {0.0}
+    res = runner.invoke(app, [*gen, "--tokens", "1000"])        # a later call appends the rest of the plan
+    assert res.exit_code == 0, res.output
+    store = TokenStore(out / "tokens")
+    assert store.entries[: len(first)] == first.entries
+    keys = sorted(e["key"] for e in store.entries)
+    assert keys == sorted(f"p{i}#{tag}" for i in range(5) for tag in ("g", "s1", "s2"))
+    assert {e["temperature"] for e in store.entries} == {0.0, 0.8}
+    feat = ["train-data", "features", "--target", str(tiny_target), "--out", str(out), "--batch", "3",
+            "--shard", "4", "--threads", "1"]
+    res = runner.invoke(app, feat)
+    assert res.exit_code == 0, res.output
+    samples = FeatureStore(out / "features").samples()
+    assert len(samples) == sum(e["n_out"] > 0 for e in store.entries)
+    assert len(list((out / "features").glob("shard-?????"))) == -(-len(samples) // 4)
+    res = runner.invoke(app, feat)                            # nothing left to compute: nothing rewritten
+    assert res.exit_code == 0 and "0 to compute" in (out / "features.log").read_text().splitlines()[-1]
+
+
+def test_train_data_bad_input_is_one_clear_line(tmp_path):
+    res = runner.invoke(app, ["train-data", "generate", "--temperatures", "hot", "--out", str(tmp_path)])
+    assert str(res.exception) == "--temperatures 'hot': comma-separated numbers, e.g. 0.7,0.85,1.0"
+    res = runner.invoke(app, ["train-data", "generate", "--method", "beam", "--out", str(tmp_path)])
+    assert str(res.exception) == "--method 'beam': choose one of ngram, eagle4-harness, vanilla"
+    res = runner.invoke(app, ["train-data", "features", "--out", str(tmp_path)])
+    assert isinstance(res.exception, SpecbenchError) and "no token store" in str(res.exception)
