@@ -10,10 +10,10 @@ The linears live in linears.py (prepacked, exact row by row) and the attention b
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
@@ -36,11 +36,18 @@ class ModelArgs:
     rope_theta: float
     max_position: int
     tie_embeddings: bool
+    qk_norm: bool = False                        # Qwen3: per-head RMSNorm of queries and keys before RoPE
+    rope_scaling: dict[str, Any] | None = None   # rope_parameters of a scaled RoPE (rope_frequencies); None: plain
 
     @classmethod
     def from_hf_config(cls, path: str | Path) -> "ModelArgs":
-        cfg = json.loads(Path(path).read_text())
-        rope = cfg.get("rope_parameters") or {}
+        """The shape of a Llama-family or Qwen3 target from its config.json (checkpoints.check_target_config
+        refuses what the engine does not run, in one line naming the file)."""
+        from reference_eagle4.checkpoints import check_target_config, read_json
+
+        cfg = read_json(Path(path))
+        check_target_config(cfg, Path(path))
+        theta, scaling = rope_parameters(cfg)
         n_heads = cfg["num_attention_heads"]
         return cls(
             dim=cfg["hidden_size"],
@@ -51,9 +58,11 @@ class ModelArgs:
             intermediate=cfg["intermediate_size"],
             vocab_size=cfg["vocab_size"],
             norm_eps=cfg.get("rms_norm_eps", 1e-5),
-            rope_theta=rope.get("rope_theta", cfg.get("rope_theta", 10000.0)),
+            rope_theta=theta,
             max_position=cfg.get("max_position_embeddings", 2048),
             tie_embeddings=cfg.get("tie_word_embeddings", False),
+            qk_norm=cfg.get("model_type") == "qwen3",
+            rope_scaling=scaling,
         )
 
     @property
@@ -124,13 +133,75 @@ class TreeLayout:
                    torch.arange(T, device=device).expand(B, T))
 
 
-def rope_tables(args: ModelArgs, device: str = "cpu") -> tuple[Tensor, Tensor]:
-    """cos/sin for every position, computed in float64 and with an explicit device (safe under meta init)."""
-    steps = torch.arange(0, args.head_dim, 2, dtype=torch.float64, device=device)
-    inv = 1.0 / (args.rope_theta ** (steps / args.head_dim))
-    ang = torch.outer(torch.arange(args.max_position, dtype=torch.float64, device=device), inv)
+ROPE_TYPES = ("default", "linear", "llama3", "yarn")    # frequencies fixed at load time (no dynamic NTK, LongRoPE)
+
+
+def rope_parameters(cfg: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
+    """(theta, scaling) of an HF config: transformers 5's `rope_parameters`, or `rope_theta` with `rope_scaling`
+    as older configs write them; scaling is None for plain RoPE. A RoPE the engine cannot compute (its frequencies
+    change with the sequence length, or it rotates part of each head) is a ValueError naming it."""
+    params = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+    theta = float(params.pop("rope_theta", cfg.get("rope_theta", 10000.0)))
+    kind = params.pop("rope_type", params.pop("type", "default"))
+    if kind not in ROPE_TYPES:
+        raise ValueError(f"rope type {kind!r} is not one the reference engine computes ({', '.join(ROPE_TYPES)})")
+    if float(params.get("partial_rotary_factor", 1.0)) != 1.0:
+        raise ValueError("a partial rotary factor (RoPE over part of each head) is not supported")
+    if kind == "default":
+        return theta, None
+    params.setdefault("original_max_position_embeddings", cfg.get("max_position_embeddings", 2048))
+    if kind == "yarn" and params.get("factor") is None:      # DeepSeek-V3 style: the ratio of the two contexts
+        params["factor"] = cfg.get("max_position_embeddings", 2048) / params["original_max_position_embeddings"]
+    return theta, {"rope_type": kind, **params}
+
+
+def rope_frequencies(head_dim: int, theta: float, scaling: dict[str, Any] | None,
+                     device: str | torch.device = "cpu") -> tuple[Tensor, float]:
+    """(inverse frequencies [head_dim / 2] in float64, factor on cos and sin), the definitions transformers'
+    modeling_rope_utils computes in float32 (linear, llama3, yarn)."""
+    steps = torch.arange(0, head_dim, 2, dtype=torch.float64, device=device)
+    inv = 1.0 / (theta ** (steps / head_dim))
+    if scaling is None:
+        return inv, 1.0
+    kind, factor = scaling["rope_type"], float(scaling.get("factor") or 1.0)
+    old = float(scaling["original_max_position_embeddings"])
+    if kind == "linear":
+        return inv / factor, 1.0
+    if kind == "llama3":
+        low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+        wavelen = 2 * math.pi / inv
+        smooth = (old / wavelen - low) / (high - low)
+        mid = (1 - smooth) * inv / factor + smooth * inv
+        return torch.where(wavelen > old / low, inv / factor, torch.where(wavelen < old / high, inv, mid)), 1.0
+    mscale = lambda m: 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0  # noqa: E731
+    attention = scaling.get("attention_factor")
+    if attention is None:
+        m, m_all = scaling.get("mscale"), scaling.get("mscale_all_dim")
+        attention = mscale(m) / mscale(m_all) if m and m_all else mscale(1.0)
+    dims = [head_dim * math.log(old / (rot * 2 * math.pi)) / (2 * math.log(theta))
+            for rot in (scaling.get("beta_fast") or 32, scaling.get("beta_slow") or 1)]
+    if scaling.get("truncate", True):
+        dims = [math.floor(dims[0]), math.ceil(dims[1])]
+    lo, hi = max(dims[0], 0), min(dims[1], head_dim - 1)
+    ramp = ((torch.arange(head_dim // 2, dtype=torch.float64, device=device) - lo) / (hi - lo or 1e-3)).clamp(0, 1)
+    return inv / factor * ramp + inv * (1 - ramp), float(attention)
+
+
+def rope_cos_sin(head_dim: int, theta: float, scaling: dict[str, Any] | None, max_position: int,
+                 device: str | torch.device = "cpu") -> tuple[Tensor, Tensor]:
+    """cos/sin [max_position, head_dim] (float32) of every position, computed in float64 with an explicit
+    device (safe under meta init); target and drafters share it."""
+    inv, attention = rope_frequencies(head_dim, theta, scaling, device)
+    ang = torch.outer(torch.arange(max_position, dtype=torch.float64, device=device), inv)
     ang = torch.cat([ang, ang], dim=-1)
-    return ang.cos().float(), ang.sin().float()
+    if attention == 1.0:
+        return ang.cos().float(), ang.sin().float()
+    return (ang.cos() * attention).float(), (ang.sin() * attention).float()
+
+
+def rope_tables(args: ModelArgs, device: str = "cpu") -> tuple[Tensor, Tensor]:
+    """The target's cos/sin tables (rope_cos_sin)."""
+    return rope_cos_sin(args.head_dim, args.rope_theta, args.rope_scaling, args.max_position, device)
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -148,6 +219,17 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return layer_ops.rms_norm(x, self.weight, self.eps)
+
+
+def head_norms(qkv: Tensor, q_norm: RMSNorm, k_norm: RMSNorm, n_heads: int, n_kv_heads: int) -> Tensor:
+    """[q | k | v] rows with every query head and every key head RMS-normed (Qwen3's q/k norms, applied before
+    RoPE); each row alone, so decoding and verification stay exact."""
+    D = q_norm.weight.shape[0]
+    q_end, k_end = n_heads * D, (n_heads + n_kv_heads) * D
+    lead = qkv.shape[:-1]
+    q = q_norm(qkv[..., :q_end].reshape(*lead, n_heads, D)).reshape(*lead, q_end)
+    k = k_norm(qkv[..., q_end:k_end].reshape(*lead, n_kv_heads, D)).reshape(*lead, k_end - q_end)
+    return torch.cat([q, k, qkv[..., k_end:]], -1)
 
 
 Store = Callable[[Tensor, Tensor, Tensor], Tensor]   # (qkv, cache_k, cache_v) -> rotated queries [B, H, T, D]
@@ -171,6 +253,8 @@ class Block(nn.Module):
         kv_out = args.n_kv_heads * args.head_dim
         self.attn_norm = RMSNorm(args.dim, args.norm_eps)
         self.qkv = nn.Linear(args.dim, q_out + 2 * kv_out, bias=False)
+        self.q_norm = RMSNorm(args.head_dim, args.norm_eps) if args.qk_norm else None
+        self.k_norm = RMSNorm(args.head_dim, args.norm_eps) if args.qk_norm else None
         self.o = nn.Linear(q_out, args.dim, bias=False)
         self.mlp_norm = RMSNorm(args.dim, args.norm_eps)
         self.gate_up = nn.Linear(args.dim, 2 * args.intermediate, bias=False)
@@ -181,6 +265,8 @@ class Block(nn.Module):
         unpacks); cache_k, cache_v: this layer's [slot, kv_head, position, head_dim] from the step's first slot."""
         packing, exact = step.packing, step.exact
         qkv = linear(self.qkv, self.attn_norm(x), exact)
+        if self.q_norm is not None:
+            qkv = head_norms(qkv, self.q_norm, self.k_norm, self.args.n_heads, self.args.n_kv_heads)
         if packing is not None:
             qkv = packing.unpack(qkv, reuse=True)
         q = step.store(qkv, cache_k, cache_v)                                       # [B, H, T, D]
@@ -294,33 +380,37 @@ class Transformer(nn.Module):
 
 
 def load_transformer(folder: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu") -> Transformer:
-    """Build the model from a HF Llama safetensors folder, fusing q/k/v and gate/up into one matmul each."""
-    from safetensors.torch import load_file
+    """Build the model from a HF Llama-family or Qwen3 safetensors folder (one file or shards listed by
+    model.safetensors.index.json), fusing q/k/v and gate/up into one matmul each. Tensors are read one at a
+    time, so a sharded target never sits in memory twice; a missing file or tensor is a CheckpointError naming it."""
+    from reference_eagle4.checkpoints import Tensors
 
     folder = Path(folder)
     args = ModelArgs.from_hf_config(folder / "config.json")
-    state: dict[str, Tensor] = {}
-    for f in sorted(folder.glob("*.safetensors")):
-        state.update(load_file(str(f)))
+    tensors = Tensors(folder)
     with torch.device("meta"):
         model = Transformer(args)
-    ours: dict[str, Tensor] = {
-        "embed.weight": state["model.embed_tokens.weight"],
-        "norm.weight": state["model.norm.weight"],
-    }
+    ours: dict[str, Tensor] = {}
+
+    def put(name: str, *sources: str) -> None:
+        parts = [tensors.get(s) for s in sources]
+        ours[name] = (parts[0] if len(parts) == 1 else torch.cat(parts)).to(dtype=dtype, device=device)
+
+    put("embed.weight", "model.embed_tokens.weight")
+    put("norm.weight", "model.norm.weight")
     for i in range(args.n_layers):
         p = f"model.layers.{i}."
-        ours[f"layers.{i}.attn_norm.weight"] = state[p + "input_layernorm.weight"]
-        ours[f"layers.{i}.mlp_norm.weight"] = state[p + "post_attention_layernorm.weight"]
-        ours[f"layers.{i}.qkv.weight"] = torch.cat(
-            [state[p + f"self_attn.{n}_proj.weight"] for n in "qkv"])
-        ours[f"layers.{i}.o.weight"] = state[p + "self_attn.o_proj.weight"]
-        ours[f"layers.{i}.gate_up.weight"] = torch.cat(
-            [state[p + "mlp.gate_proj.weight"], state[p + "mlp.up_proj.weight"]])
-        ours[f"layers.{i}.down.weight"] = state[p + "mlp.down_proj.weight"]
+        put(f"layers.{i}.attn_norm.weight", p + "input_layernorm.weight")
+        put(f"layers.{i}.mlp_norm.weight", p + "post_attention_layernorm.weight")
+        put(f"layers.{i}.qkv.weight", *(p + f"self_attn.{n}_proj.weight" for n in "qkv"))
+        put(f"layers.{i}.o.weight", p + "self_attn.o_proj.weight")
+        put(f"layers.{i}.gate_up.weight", p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight")
+        put(f"layers.{i}.down.weight", p + "mlp.down_proj.weight")
+        if args.qk_norm:
+            put(f"layers.{i}.q_norm.weight", p + "self_attn.q_norm.weight")
+            put(f"layers.{i}.k_norm.weight", p + "self_attn.k_norm.weight")
     if not args.tie_embeddings:
-        ours["lm_head.weight"] = state["lm_head.weight"]
-    ours = {k: v.to(dtype=dtype, device=device) for k, v in ours.items()}
+        put("lm_head.weight", "lm_head.weight")
     model.load_state_dict(ours, strict=False, assign=True)
     if args.tie_embeddings:
         model.lm_head.weight = model.embed.weight

@@ -189,17 +189,29 @@ def gguf_to_folder(gguf: Path) -> Path:
 
 
 def resolve_target(spec: str) -> Path:
-    """Return a HF-layout folder for a known target name, a GGUF file or a safetensors folder."""
+    """Return a HF-layout folder for a known target name, a GGUF file or a safetensors folder (Llama family or
+    Qwen3; one model.safetensors or the shards model.safetensors.index.json lists). A folder that lacks its
+    config, a weights file, the tokenizer or the chat template, or that holds a model the engine does not run,
+    is one line naming what is wrong."""
+    from reference_eagle4.checkpoints import CheckpointError, check_target_config, read_json, target_problem
+
     if spec in KNOWN_TARGETS:
         return gguf_to_folder(known_target_gguf(spec))
     path = Path(spec).expanduser()
     if path.suffix == ".gguf" and path.is_file():
         return gguf_to_folder(path)
-    if path.is_dir() and (path / "config.json").exists() and any(path.glob("*.safetensors")):
+    if path.is_dir():
         for f in sorted(path.glob("*.safetensors")):
             problem = safetensors_problem(f)
             if problem:
                 raise WeightsError(f"{f} {problem}")
+        problem = target_problem(path)
+        if problem:
+            raise WeightsError(f"target {path}: {problem}")
+        try:
+            check_target_config(read_json(path / "config.json"), path / "config.json")
+        except CheckpointError as err:
+            raise WeightsError(str(err)) from None
         return path
     raise WeightsError(
         f"target {spec!r} is neither a known name ({', '.join(KNOWN_TARGETS)}), a .gguf file, "

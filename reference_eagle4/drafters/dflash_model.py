@@ -23,6 +23,12 @@ The target's embedding and lm_head are shared at run time and never stored. Chec
     layers.{i}.{input_layernorm,post_attention_layernorm}.weight, layers.{i}.self_attn.{q,k,v,o}_proj.weight,
     layers.{i}.mlp.{gate,up,down}_proj.weight, markov.U [H, r], markov.M [r, V_draft],
     confidence.weight [1, 2H], confidence.bias [1]
+
+`load_dflash` also reads DFlash checkpoints in the DFlash authors' layout (DFlashDraftModel, the one vLLM 0.33.0's
+qwen3_dflash.py loads and export_dflash.py writes): the same layers with per-head q/k RMSNorm before RoPE
+(layers.{i}.self_attn.{q,k}_norm.weight, on the block's queries and keys and on the context keys), the MASK vector
+from mask_embedding.pt or else the embedding row of dflash_config.mask_token_id (the target's, or the checkpoint's
+own embed_tokens), an lm_head of its own where it ships one, and target_layer_ids as layer-output ids (+1).
 """
 
 from __future__ import annotations
@@ -36,9 +42,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from reference_eagle4.checkpoints import CheckpointError, check_dflash_config, expect_layout, read_json, read_tensors
 from reference_eagle4.drafters.eagle4_model import LayerShape, copy_weights, rope_cos_sin, target_shape
 from reference_eagle4.linears import packed
-from reference_eagle4.model import ModelArgs, RMSNorm, apply_rope
+from reference_eagle4.model import ModelArgs, RMSNorm, apply_rope, rope_parameters
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,11 @@ class DFlashConfig(LayerShape):
     draft_vocab_size: int | None = None           # rows of the target's head the drafter scores (d2t)
     markov_rank: int = 0                          # > 0: DSpark (Markov + confidence heads)
     kind: str = "dflash"
+    rope_scaling: dict[str, Any] | None = None    # model.rope_parameters' scaling (None: plain RoPE)
+    qk_norm: bool = False                         # per-head q/k RMSNorm before RoPE (the DFlash authors' layer)
+    mask_row: int | None = None                   # MASK = this row of the embedding (authors' checkpoints)
+    own_head: bool = False                        # the checkpoint's lm_head instead of the target's rows
+    own_embed: bool = False                       # the checkpoint's embedding table instead of the target's
 
     @classmethod
     def for_target(cls, args: ModelArgs, **overrides: Any) -> "DFlashConfig":
@@ -74,6 +86,24 @@ class DFlashConfig(LayerShape):
         kw["capture_layers"] = tuple(kw.get("capture_layers", (2, 15, 27)))
         return cls(**kw)
 
+    @classmethod
+    def from_authors(cls, cfg: dict[str, Any]) -> "DFlashConfig":
+        """A DFlash authors' config.json (a Qwen3 config plus dflash_config, as vLLM's qwen3_dflash.py reads it)."""
+        dcfg = cfg["dflash_config"]
+        n_heads, hidden = cfg["num_attention_heads"], cfg["hidden_size"]
+        theta, scaling = rope_parameters({"rope_theta": 1e6, **cfg})   # qwen3_dflash.py: set_default_rope_theta
+        vocab, draft_vocab = cfg["vocab_size"], cfg.get("draft_vocab_size")
+        return cls(
+            hidden_size=hidden, num_attention_heads=n_heads, num_key_value_heads=cfg.get("num_key_value_heads", n_heads),
+            head_dim=cfg.get("head_dim") or hidden // n_heads, intermediate_size=cfg["intermediate_size"],
+            vocab_size=vocab, target_hidden_size=cfg.get("target_hidden_size") or hidden,
+            num_layers=cfg["num_hidden_layers"], block_size=cfg["block_size"],
+            rms_norm_eps=cfg.get("rms_norm_eps", 1e-6), rope_theta=theta, rope_scaling=scaling,
+            max_position_embeddings=cfg.get("max_position_embeddings", 8192),
+            capture_layers=tuple(int(i) + 1 for i in dcfg["target_layer_ids"]),   # eagle3_utils.py: "+1"
+            draft_vocab_size=draft_vocab if draft_vocab not in (None, vocab) else None,
+            qk_norm=True, mask_row=int(dcfg.get("mask_token_id", cfg.get("mask_token_id"))))
+
 
 class DFlashLayer(nn.Module):
     def __init__(self, c: DFlashConfig):
@@ -82,6 +112,8 @@ class DFlashLayer(nn.Module):
         self.input_norm = RMSNorm(H, c.rms_norm_eps)
         self.q = nn.Linear(H, c.num_attention_heads * hd, bias=False)
         self.kv = nn.Linear(H, 2 * c.num_key_value_heads * hd, bias=False)
+        self.q_norm = RMSNorm(hd, c.rms_norm_eps) if c.qk_norm else None
+        self.k_norm = RMSNorm(hd, c.rms_norm_eps) if c.qk_norm else None
         self.o = nn.Linear(c.num_attention_heads * hd, H, bias=False)
         self.post_norm = RMSNorm(H, c.rms_norm_eps)
         self.gate_up = nn.Linear(H, 2 * c.intermediate_size, bias=False)
@@ -104,6 +136,8 @@ class DFlashDrafter(nn.Module):
         self.norm = RMSNorm(H, cfg.rms_norm_eps)
         Vd = cfg.draft_vocab
         self.register_buffer("d2t", torch.arange(Vd) if cfg.draft_vocab_size else None)
+        self.lm_head = nn.Linear(H, Vd, bias=False) if cfg.own_head else None
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, H) if cfg.own_embed else None
         if cfg.markov_rank:
             self.markov_u = nn.Linear(H, cfg.markov_rank, bias=False)
             self.markov_m = nn.Linear(cfg.markov_rank, Vd, bias=False)
@@ -133,10 +167,19 @@ class DFlashDrafter(nn.Module):
                 self.markov_m.weight.zero_()       # starts as plain DFlash
 
     def attach(self, embed_weight: Tensor, lm_head_weight: Tensor) -> "DFlashDrafter":
-        """Share the target's embedding and lm_head rows (plain attributes: never parameters)."""
-        object.__setattr__(self, "embed_weight", embed_weight.detach())
-        head = lm_head_weight.detach()
-        object.__setattr__(self, "head_weight", head[self.d2t] if self.d2t is not None else head)
+        """Share the target's embedding and lm_head rows (plain attributes: never parameters), unless the
+        checkpoint has its own; a MASK that is an embedding row (`mask_row`) is taken from that embedding."""
+        embed = (embed_weight if self.embed_tokens is None else self.embed_tokens.weight).detach()
+        object.__setattr__(self, "embed_weight", embed)
+        if self.lm_head is not None:
+            head = self.lm_head.weight.detach()
+        else:
+            head = lm_head_weight.detach()
+            head = head[self.d2t] if self.d2t is not None else head
+        object.__setattr__(self, "head_weight", head)
+        if self.cfg.mask_row is not None:
+            with torch.no_grad():
+                self.mask_embedding.copy_(embed[self.cfg.mask_row])
         return self
 
     def pack(self) -> "DFlashDrafter":
@@ -147,7 +190,7 @@ class DFlashDrafter(nn.Module):
         from reference_eagle4.drafters.eagle4_model import _packed_from_weight
         for mod in [self, *self.layers]:
             for name, child in list(mod.named_children()):
-                if isinstance(child, nn.Linear) and name != "confidence":
+                if isinstance(child, nn.Linear) and name not in ("confidence", "lm_head"):
                     setattr(mod, name, packed(child))
         object.__setattr__(self, "head", _packed_from_weight(self.head_weight))
         return self
@@ -166,7 +209,12 @@ class DFlashDrafter(nn.Module):
         c = self.cfg
         B, T, _ = ctx.shape
         k, v = layer.kv(ctx).view(B, T, 2, c.num_key_value_heads, c.head_dim).permute(2, 0, 3, 1, 4)
-        return self.rope(k, pos), v
+        return self.rope(self._norm(layer.k_norm, k), pos), v
+
+    @staticmethod
+    def _norm(norm: RMSNorm | None, x: Tensor) -> Tensor:
+        """A per-head q or k norm over the last dimension, where the layer has one."""
+        return x if norm is None else norm(x.contiguous())
 
     def block_inputs(self, roots: Tensor) -> Tensor:
         """[B] root tokens -> block embeddings [B, block_size, H]: the root, then MASK rows."""
@@ -182,9 +230,10 @@ class DFlashDrafter(nn.Module):
         c = self.cfg
         B, Tb, _ = h.shape
         x = layer.input_norm(h)
-        q = self.rope(layer.q(x).view(B, Tb, c.num_attention_heads, c.head_dim).transpose(1, 2), pos)
+        q = layer.q(x).view(B, Tb, c.num_attention_heads, c.head_dim).transpose(1, 2)
+        q = self.rope(self._norm(layer.q_norm, q), pos)
         kb, vb = layer.kv(x).view(B, Tb, 2, c.num_key_value_heads, c.head_dim).permute(2, 0, 3, 1, 4)
-        kb = self.rope(kb, pos)
+        kb = self.rope(self._norm(layer.k_norm, kb), pos)
         k = torch.cat([ctx_k.to(q.dtype), kb], 2)
         v = torch.cat([ctx_v.to(q.dtype), vb], 2)
         mask = None
@@ -234,6 +283,11 @@ class DFlashDrafter(nn.Module):
                 p + "self_attn.v_proj.weight": v, p + "self_attn.o_proj.weight": L.o.weight,
                 p + "mlp.gate_proj.weight": gate, p + "mlp.up_proj.weight": up,
                 p + "mlp.down_proj.weight": L.down.weight})
+            if L.q_norm is not None:
+                out.update({p + "self_attn.q_norm.weight": L.q_norm.weight, p + "self_attn.k_norm.weight": L.k_norm.weight})
+        for name in ("lm_head", "embed_tokens"):
+            if getattr(self, name) is not None:
+                out[name + ".weight"] = getattr(self, name).weight
         if self.is_dspark:
             out.update({"markov.U": self.markov_u.weight.T, "markov.M": self.markov_m.weight.T,
                         "markov.norm.weight": self.prev_norm.weight,
@@ -254,32 +308,37 @@ class DFlashDrafter(nn.Module):
         return folder
 
 
-class _Named(dict):
-    """Checkpoint tensors; a missing key is an error naming the folder and the key."""
-
-    def __init__(self, tensors: dict[str, Tensor], folder: Path):
-        super().__init__(tensors)
-        self.folder = folder
-
-    def __missing__(self, key: str) -> Tensor:
-        raise ValueError(f"{self.folder}/model.safetensors: no tensor {key!r}")
-
-
 def load_dflash(folder: str | Path, dtype: torch.dtype = torch.float32) -> DFlashDrafter:
-    """Load a DFlash or DSpark drafter saved by `DFlashDrafter.save`."""
-    from safetensors.torch import load_file
-
+    """Load a DFlash or DSpark drafter saved by `DFlashDrafter.save`, or a DFlash checkpoint in the DFlash
+    authors' layout; another layout, a variant the drafter does not run or a missing tensor is one line."""
     folder = Path(folder)
     if not (folder / "config.json").exists():
         raise FileNotFoundError(f"no drafter config.json in {folder}")
-    raw = json.loads((folder / "config.json").read_text())
-    if raw.get("model_type") not in ("dflash", "dspark"):
-        raise ValueError(f"{folder}/config.json: model_type {raw.get('model_type')!r} is not dflash or dspark")
-    cfg = DFlashConfig.from_json(raw)
-    state = _Named(load_file(str(folder / "model.safetensors")), folder)
+    layout = expect_layout(folder, ("dflash", "dflash-authors"), "dflash")
+    raw = read_json(folder / "config.json")
+    if layout == "dflash":
+        cfg = DFlashConfig.from_json(raw)
+        state = read_tensors(folder)
+    else:
+        check_dflash_config(raw, folder / "config.json")
+        try:
+            cfg = DFlashConfig.from_authors(raw)
+        except (KeyError, ValueError) as err:
+            raise CheckpointError(f"{folder / 'config.json'}: {err if isinstance(err, ValueError) else f'no {err}'}") \
+                from None
+        state = read_tensors(folder, rename=_authors_key)
+        mask = _mask_vector(folder, cfg.mask_row)
+        cfg = replace(cfg, own_head="lm_head.weight" in state, own_embed="embed_tokens.weight" in state,
+                      mask_row=None if mask is not None else cfg.mask_row)
     model = DFlashDrafter(cfg)
     ours = {"fc.weight": state["fc.weight"], "hidden_norm.weight": state["hidden_norm.weight"],
-            "mask_embedding": state["mask_embedding"], "norm.weight": state["norm.weight"]}
+            "norm.weight": state["norm.weight"]}
+    mask = state["mask_embedding"] if layout == "dflash" else mask
+    if mask is not None:
+        ours["mask_embedding"] = mask
+    for name in ("lm_head", "embed_tokens"):
+        if getattr(model, name) is not None:
+            ours[name + ".weight"] = state[name + ".weight"]
     for i in range(cfg.num_layers):
         p = f"layers.{i}."
         ours.update({
@@ -290,6 +349,9 @@ def load_dflash(folder: str | Path, dtype: torch.dtype = torch.float32) -> DFlas
             p + "o.weight": state[p + "self_attn.o_proj.weight"],
             p + "gate_up.weight": torch.cat([state[p + "mlp.gate_proj.weight"], state[p + "mlp.up_proj.weight"]]),
             p + "down.weight": state[p + "mlp.down_proj.weight"]})
+        if cfg.qk_norm:
+            ours.update({p + "q_norm.weight": state[p + "self_attn.q_norm.weight"],
+                         p + "k_norm.weight": state[p + "self_attn.k_norm.weight"]})
     if cfg.markov_rank:
         ours.update({"markov_u.weight": state["markov.U"].T, "markov_m.weight": state["markov.M"].T,
                      "prev_norm.weight": state["markov.norm.weight"],
@@ -300,3 +362,32 @@ def load_dflash(folder: str | Path, dtype: torch.dtype = torch.float32) -> DFlas
     model = model.to(dtype).eval().requires_grad_(False)
     model.rope_cos, model.rope_sin = rope_cos_sin(cfg)  # type: ignore[arg-type]
     return model
+
+
+def _authors_key(name: str) -> str:
+    """Our key for a DFlash authors' tensor name (vLLM qwen3_dflash.py's hf_to_vllm_mapper: midlayer is layer 0,
+    encoder.fc / encoder.output_norm_enc are fc / hidden_norm)."""
+    for old, new in (("midlayer.", "layers.0."), ("encoder.output_norm_enc.", "hidden_norm."), ("encoder.fc.", "fc.")):
+        if name.startswith(old):
+            return new + name[len(old):]
+    return name
+
+
+def _mask_vector(folder: Path, mask_id: int | None) -> Tensor | None:
+    """The MASK vector of mask_embedding.pt (a tensor, or {"embedding", "mask_token_id"} as qwen3_dflash.py's
+    _read_mask_embedding reads it), or None where the checkpoint has none (the embedding row is the MASK)."""
+    path = folder / "mask_embedding.pt"
+    if not path.is_file():
+        return None
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:          # a pickle torch refuses, a truncated file
+        raise CheckpointError(f"{path}: cannot read it ({type(err).__name__}: {err})") from None
+    if isinstance(data, dict):
+        if data.get("mask_token_id", mask_id) != mask_id:
+            raise CheckpointError(f"{path}: mask_token_id {data.get('mask_token_id')} differs from config.json's "
+                                  f"dflash_config.mask_token_id {mask_id}")
+        data = data.get("embedding")
+    if not isinstance(data, Tensor):
+        raise CheckpointError(f"{path}: holds no embedding tensor")
+    return data.reshape(-1)

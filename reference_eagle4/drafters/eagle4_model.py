@@ -10,13 +10,17 @@
 
 The embedding and lm_head are the target's (shared at run time, never stored in the checkpoint). The
 low-rank factors start from a truncated SVD of the target's lm_head and are trained. The same class loads
-EAGLE-3 checkpoints (SafeAILab / SpecForge key names, their own lm_head over a `d2t` draft vocabulary).
+EAGLE-3 checkpoints in the layout vLLM 0.33.0 loads (llama_eagle3.py, qwen3_eagle3.py; SafeAILab / SpecForge key
+names): their own lm_head over a `d2t` draft vocabulary, and where the checkpoint has them a Qwen3 layer's
+per-head q/k norms, its own embedding table (vLLM then keeps it rather than the target's) and
+`norm_before_residual` (the residual is hidden_norm(h) rather than h).
 
 File layout (model.safetensors, EAGLE-3 key names plus ours):
     fc.weight, midlayer.{input_layernorm,hidden_norm,post_attention_layernorm}.weight,
     midlayer.self_attn.{q,k,v,o}_proj.weight, midlayer.mlp.{gate,up,down}_proj.weight, norm.weight,
     lowrank.A [H, r], lowrank.B [r, V_draft]        (EAGLE-4)
     lm_head.weight [V_draft, H], d2t [V_draft] (offsets: target = i + d2t[i]), t2d [V] bool   (EAGLE-3)
+    midlayer.self_attn.{q,k}_norm.weight [head_dim], embed_tokens.weight [V, H]            (where EAGLE-3 has them)
 """
 
 from __future__ import annotations
@@ -30,10 +34,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from reference_eagle4.checkpoints import EAGLE3_QWEN3, CheckpointError
 from reference_eagle4.kernels import drafter_attention, layer_ops, row_ops
 from reference_eagle4.kernels.lowrank_head_cpu import LowrankHeadCPU
 from reference_eagle4.linears import int8_linear, packed
-from reference_eagle4.model import ModelArgs, RMSNorm, apply_rope
+from reference_eagle4.model import ModelArgs, RMSNorm, apply_rope, head_norms, rope_parameters
+from reference_eagle4.model import rope_cos_sin as rope_table
 
 HEADS = ("lowrank", "full")
 
@@ -63,6 +69,10 @@ class Eagle4Config(LayerShape):
     draft_vocab_size: int | None = None          # EAGLE-3 draft vocabulary (d2t); None = the target's
     own_lm_head: bool = False                    # EAGLE-3 checkpoints carry their lm_head
     kind: str = "eagle4"
+    rope_scaling: dict[str, Any] | None = None   # model.rope_parameters' scaling (None: plain RoPE)
+    qk_norm: bool = False                        # per-head q/k RMSNorm before RoPE (a Qwen3 EAGLE-3 layer)
+    own_embed: bool = False                      # the checkpoint's embedding table instead of the target's
+    norm_before_residual: bool = False           # EAGLE-3's residual = hidden_norm(h) (vLLM llama_eagle3.py)
 
     @classmethod
     def for_target(cls, args: ModelArgs, **overrides: Any) -> "Eagle4Config":
@@ -97,12 +107,15 @@ class Eagle4Config(LayerShape):
             return cls(**kw)
         n_heads = cfg["num_attention_heads"]
         hidden = cfg["hidden_size"]
-        rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+        theta, scaling = rope_parameters(cfg)
         eagle = cfg.get("eagle_config") or {}
         layers = eagle.get("eagle_aux_hidden_state_layer_ids")
         n_target = cfg.get("target_num_hidden_layers") or cfg.get("num_target_layers")
-        if layers is not None:
-            # vLLM / SpecForge list layer-*output* ids; we capture layer inputs: input of i+1 = output of i
+        if cfg.get("eagle_aux_hidden_state_layer_ids"):
+            # vLLM (gpu_model_runner.py, llama.py) reads the top-level list first, as ids of captured layer inputs
+            capture = tuple(int(i) for i in cfg["eagle_aux_hidden_state_layer_ids"])
+        elif layers is not None:
+            # SGLang / SpecForge list layer-*output* ids; we capture layer inputs: input of i+1 = output of i
             capture = tuple(int(i) + 1 for i in layers)
         elif n_target:
             capture = (2, n_target // 2, n_target - 3)
@@ -115,11 +128,11 @@ class Eagle4Config(LayerShape):
             num_key_value_heads=cfg.get("num_key_value_heads", n_heads),
             head_dim=cfg.get("head_dim") or hidden // n_heads, intermediate_size=cfg["intermediate_size"],
             vocab_size=vocab, target_hidden_size=cfg.get("target_hidden_size") or hidden,
-            rms_norm_eps=cfg.get("rms_norm_eps", 1e-5),
-            rope_theta=rope.get("rope_theta", cfg.get("rope_theta", 10000.0)),
+            rms_norm_eps=cfg.get("rms_norm_eps", 1e-5), rope_theta=theta, rope_scaling=scaling,
             max_position_embeddings=cfg.get("max_position_embeddings", 8192), capture_layers=capture,
             window=None, head="full", draft_vocab_size=draft_vocab if draft_vocab != vocab else None,
-            own_lm_head=True, kind="eagle3")
+            own_lm_head=True, kind="eagle3", qk_norm=any(a in EAGLE3_QWEN3 for a in cfg.get("architectures") or ()),
+            norm_before_residual=bool(cfg.get("norm_before_residual", False)))
 
 
 def target_shape(args: ModelArgs) -> dict[str, Any]:
@@ -127,15 +140,13 @@ def target_shape(args: ModelArgs) -> dict[str, Any]:
     return dict(hidden_size=args.dim, num_attention_heads=args.n_heads, num_key_value_heads=args.n_kv_heads,
                 head_dim=args.head_dim, intermediate_size=args.intermediate, vocab_size=args.vocab_size,
                 target_hidden_size=args.dim, rms_norm_eps=args.norm_eps, rope_theta=args.rope_theta,
-                max_position_embeddings=args.max_position, capture_layers=tuple(args.eagle_layers))
+                rope_scaling=args.rope_scaling, max_position_embeddings=args.max_position,
+                capture_layers=tuple(args.eagle_layers))
 
 
 def rope_cos_sin(cfg: Eagle4Config, device: str | torch.device = "cpu") -> tuple[Tensor, Tensor]:
-    steps = torch.arange(0, cfg.head_dim, 2, dtype=torch.float64, device=device)
-    inv = 1.0 / (cfg.rope_theta ** (steps / cfg.head_dim))
-    ang = torch.outer(torch.arange(cfg.max_position_embeddings, dtype=torch.float64, device=device), inv)
-    ang = torch.cat([ang, ang], dim=-1)
-    return ang.cos().float(), ang.sin().float()
+    """A drafter's cos/sin tables (model.rope_cos_sin over its own RoPE settings)."""
+    return rope_table(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings, device)
 
 
 def lowrank_from_svd(weight: Tensor, rank: int) -> tuple[Tensor, Tensor]:
@@ -165,6 +176,8 @@ class Eagle4Drafter(nn.Module):
         self.input_norm = RMSNorm(H, cfg.rms_norm_eps)
         self.hidden_norm = RMSNorm(H, cfg.rms_norm_eps)
         self.qkv = nn.Linear(2 * H, (nq + 2 * nkv) * hd, bias=False)
+        self.q_norm = RMSNorm(hd, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(hd, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.o = nn.Linear(nq * hd, H, bias=False)
         self.post_norm = RMSNorm(H, cfg.rms_norm_eps)
         self.gate_up = nn.Linear(H, 2 * cfg.intermediate_size, bias=False)
@@ -175,6 +188,7 @@ class Eagle4Drafter(nn.Module):
         self.lr_a = nn.Linear(H, cfg.rank, bias=False)         # weight = A.T [r, H]
         self.lr_b = nn.Linear(cfg.rank, Vd, bias=False)        # weight = B.T [V_draft, r]
         self.lm_head = nn.Linear(H, Vd, bias=False) if cfg.own_lm_head else None
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, H) if cfg.own_embed else None
         # draft index -> target token id (absolute; converted from EAGLE-3 offsets on load)
         self.register_buffer("d2t", torch.arange(Vd) if cfg.draft_vocab_size else None)
         cos, sin = rope_cos_sin(cfg)
@@ -201,7 +215,7 @@ class Eagle4Drafter(nn.Module):
         # plain attributes (object.__setattr__): a Parameter or Module assigned the usual way would be
         # registered, and the target's weights would join this module's parameters and state_dict
         share = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
-        share("embed_weight", embed_weight.detach())
+        share("embed_weight", (embed_weight if self.embed_tokens is None else self.embed_tokens.weight).detach())
         if self.lm_head is not None:
             share("head_weight", self.lm_head.weight.detach())
             share("full_head", None)
@@ -276,12 +290,20 @@ class Eagle4Drafter(nn.Module):
             x = h.new_empty(*h.shape[:-1], 2 * H)                        # both norms written in place
             layer_ops.rms_norm(e, self.input_norm.weight, self.input_norm.eps, out=x[..., :H])
             layer_ops.rms_norm(h, self.hidden_norm.weight, self.hidden_norm.eps, out=x[..., H:])
-            return h, x
-        return h, torch.cat([self.input_norm(e), self.hidden_norm(h)], dim=-1)
+        else:
+            x = torch.cat([self.input_norm(e), self.hidden_norm(h)], dim=-1)
+        return (x[..., H:].contiguous() if self.cfg.norm_before_residual else h), x
 
     def project(self, x: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q [B, nq, T, hd], k/v [B, nkv, T, hd] with RoPE at absolute positions pos [B, T]."""
-        return self._split_rope(self.qkv(x), pos)
+        return self._split_rope(self._qkv(x), pos)
+
+    def _qkv(self, x: Tensor) -> Tensor:
+        """[q | k | v] rows of attention inputs x, with the q/k norms where the layer has them."""
+        qkv = self.qkv(x)
+        if self.q_norm is None:
+            return qkv
+        return head_norms(qkv, self.q_norm, self.k_norm, self.cfg.num_attention_heads, self.cfg.num_key_value_heads)
 
     def _split_rope(self, qkv: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         c = self.cfg
@@ -302,7 +324,7 @@ class Eagle4Drafter(nn.Module):
         row[n] of slot[n] of k_dst, v_dst [S, nkv, P, hd] (a ring of cached keys, or a step's tree buffer;
         no two rows to one place). On the CPU the rotation and the stores are one C call (layer_ops)."""
         c = self.cfg
-        qkv = self.qkv(x)
+        qkv = self._qkv(x)
         if layer_ops.runs_here(qkv, k_dst, v_dst) and k_dst.is_contiguous() and v_dst.is_contiguous() \
                 and self.rope_cos.dtype == torch.float32:
             return layer_ops.rope_store_rows(qkv, pos, self.rope_cos, self.rope_sin,
@@ -417,6 +439,11 @@ class Eagle4Drafter(nn.Module):
         }
         if self.lm_head is not None:
             out["lm_head.weight"] = self.lm_head.weight
+        if self.q_norm is not None:
+            out["midlayer.self_attn.q_norm.weight"] = self.q_norm.weight
+            out["midlayer.self_attn.k_norm.weight"] = self.k_norm.weight
+        if self.embed_tokens is not None:
+            out["embed_tokens.weight"] = self.embed_tokens.weight
         out = {n: t.detach().to(dtype or t.dtype).contiguous() for n, t in out.items()}
         if self.d2t is not None:
             out["d2t"] = (self.d2t - torch.arange(self.d2t.numel(), device=self.d2t.device)).long()
@@ -469,36 +496,37 @@ def copy_weights(model: nn.Module, tensors: dict[str, Tensor], folder: Path) -> 
 
 def load_drafter(folder: str | Path, dtype: torch.dtype = torch.float32,
                  capture_default: tuple[int, ...] | None = None) -> Eagle4Drafter:
-    """Load an EAGLE-4 drafter or an EAGLE-3 checkpoint (SafeAILab / SpecForge layout) from a folder."""
-    from safetensors.torch import load_file
+    """Load an EAGLE-4 drafter or an EAGLE-3 checkpoint (the layout vLLM's llama_eagle3.py / qwen3_eagle3.py load;
+    model.safetensors, shards or pytorch_model*.bin) from a folder; any other layout, a variant the drafter does
+    not run or a missing tensor is a CheckpointError naming the file."""
+    from reference_eagle4.checkpoints import check_eagle3_config, expect_layout, read_json, read_tensors
 
     folder = Path(folder)
     if not (folder / "config.json").exists():
         raise FileNotFoundError(f"no drafter config.json in {folder}")
-    cfg = Eagle4Config.from_json(json.loads((folder / "config.json").read_text()))
-    state: dict[str, Tensor] = {}
-    files = sorted(folder.glob("*.safetensors"))
-    for f in files:
-        state.update(load_file(str(f)))
-    if not files:
-        bins = sorted(folder.glob("pytorch_model*.bin"))
-        if not bins:
-            raise FileNotFoundError(f"no *.safetensors or pytorch_model*.bin in {folder}")
-        for f in bins:
-            state.update(torch.load(f, map_location="cpu", weights_only=True))
-    state = {_normalise_key(k): v for k, v in state.items()}
-    if not cfg.capture_layers:
-        if capture_default is None:
-            raise ValueError(f"{folder}: config names no target layers; pass the target's eagle_layers")
-        cfg = replace(cfg, capture_layers=tuple(capture_default))
+    layout = expect_layout(folder, ("eagle4", "eagle3"), "the EAGLE-4 methods")
+    raw = read_json(folder / "config.json")
+    if layout == "eagle3":
+        check_eagle3_config(raw, folder / "config.json")
+    try:
+        cfg = Eagle4Config.from_json(raw)
+    except ValueError as err:
+        raise CheckpointError(f"{folder / 'config.json'}: {err}") from None
+    state = read_tensors(folder, bins=True, rename=_normalise_key)
+    if not cfg.capture_layers and capture_default is not None:
+        cfg = replace(cfg, capture_layers=tuple(capture_default))     # else the proposer takes the target's
     if "lm_head.weight" not in state and cfg.own_lm_head:
         cfg = replace(cfg, own_lm_head=False)
     if "d2t" in state and cfg.draft_vocab_size is None and state["d2t"].numel() != cfg.vocab_size:
         cfg = replace(cfg, draft_vocab_size=state["d2t"].numel())
     if "lowrank.A" in state:
         cfg = replace(cfg, rank=state["lowrank.A"].shape[1])
-    model = Eagle4Drafter(cfg)
     p = "midlayer."
+    if not cfg.qk_norm and p + "self_attn.q_norm.weight" in state:
+        raise CheckpointError(f"{folder}: q/k norm weights, which its architecture ({raw.get('architectures')}) "
+                              f"has none of (vLLM's {EAGLE3_QWEN3[0]} has them)")
+    cfg = replace(cfg, own_embed="embed_tokens.weight" in state)
+    model = Eagle4Drafter(cfg)
     ours = {
         "fc.weight": state["fc.weight"],
         "input_norm.weight": state[p + "input_layernorm.weight"],
@@ -512,12 +540,14 @@ def load_drafter(folder: str | Path, dtype: torch.dtype = torch.float32,
     }
     if cfg.own_lm_head:
         ours["lm_head.weight"] = state["lm_head.weight"]
+    if cfg.qk_norm:
+        ours["q_norm.weight"] = state[p + "self_attn.q_norm.weight"]
+        ours["k_norm.weight"] = state[p + "self_attn.k_norm.weight"]
+    if cfg.own_embed:
+        ours["embed_tokens.weight"] = state["embed_tokens.weight"]
     if "lowrank.A" in state:
         ours["lr_a.weight"] = state["lowrank.A"].T
         ours["lr_b.weight"] = state["lowrank.B"].T
-    missing = [k for k in ours if ours[k] is None]
-    if missing:
-        raise ValueError(f"{folder}: missing tensors {missing}")
     copy_weights(model, ours, folder)
     if cfg.draft_vocab_size:
         offsets = state["d2t"].long()

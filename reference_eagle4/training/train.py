@@ -21,9 +21,10 @@ import json
 import math
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -123,12 +124,15 @@ def draft_index(d2t: Tensor | None, head: Tensor, vocab_size: int) -> tuple[Tens
     return head[d2t].contiguous(), t2d
 
 
-def split(samples: list[dict[str, Any]], eval_frac: float) -> tuple[list[dict], list[dict]]:
-    """Deterministic train/eval split by id (independent of the seed and of the sample count)."""
-    import zlib
+def split(samples: Sequence[dict[str, Any]], eval_frac: float) -> tuple[Sequence[dict], Sequence[dict]]:
+    """Deterministic train/eval split by pool row (independent of the seed and of the sample count); a
+    FeatureStore's samples split themselves (every response to a prompt on one side)."""
+    from reference_eagle4.training.store import held_out
 
-    ev = [s for s in samples if zlib.crc32(s["id"].encode()) % 1000 < eval_frac * 1000]
-    tr = [s for s in samples if zlib.crc32(s["id"].encode()) % 1000 >= eval_frac * 1000]
+    if hasattr(samples, "split"):
+        return samples.split(eval_frac)
+    ev = [s for s in samples if held_out(s["id"], eval_frac)]
+    tr = [s for s in samples if not held_out(s["id"], eval_frac)]
     return tr, ev
 
 
@@ -192,26 +196,30 @@ class TTT:
             g = d.finish(h_in[None], attn.transpose(1, 2).flatten(2))[0]
             yield j, Q, g
 
-    def run(self, s: dict[str, Any], stats: dict[str, list[float]] | None = None) -> Tensor:
-        cfg, d = self.cfg, self.d
+    def steps(self, s: dict[str, Any]) -> Iterator[tuple[int, Tensor, Tensor]]:
+        """Yield (j, g_j at the rows whose prediction lies in the response, their teacher rows) for j = 0..;
+        the teacher row indexes s["top_p"] / s["top_i"] (the target distribution at position t+1+j)."""
         tokens = s["tokens"].long()
         T, P = tokens.numel(), s["prompt_len"]
         r0 = max(P - 2, 0)
-        r1 = min(T - 2, r0 + cfg.max_rows)           # rows r0..r1-1 (predict x_{t+2}, inside the response)
+        r1 = min(T - 2, r0 + self.cfg.max_rows)      # rows r0..r1-1 (predict x_{t+2}, inside the response)
         if r1 <= r0:
-            return torch.zeros((), requires_grad=True)
+            return
         n = min(T - 1, r1)
         feats = s["feats"][:n].float().reshape(n, -1)
-        top_p, top_i = s["top_p"].float(), s["top_i"].long()
-        total = torch.zeros(())
         for j, Q, g in self.unroll(feats, tokens, r0, r1):
-            # rows whose predicted token x_{t+2+j} exists; target distribution at position t+1+j
-            valid = Q + 2 + j <= T - 1
+            valid = Q + 2 + j <= T - 1               # rows whose predicted token x_{t+2+j} exists
             if not bool(valid.any()):
-                break
-            rows = Q[valid] + 1 + j - (P - 1)
+                return
+            yield j, g[valid], Q[valid] + 1 + j - (P - 1)
+
+    def run(self, s: dict[str, Any], stats: dict[str, list[float]] | None = None) -> Tensor:
+        cfg, d = self.cfg, self.d
+        top_p, top_i = s["top_p"].float(), s["top_i"].long()
+        total = torch.zeros((), requires_grad=True)
+        for j, g, rows in self.steps(s):
             tp, ti = top_p[rows], top_i[rows]
-            hn = d.norm(g[valid])
+            hn = d.norm(g)
             if self.t2d is not None:         # teacher restricted to the draft vocabulary, renormalised
                 ti = self.t2d[ti]
                 tp = tp * (ti >= 0)

@@ -180,7 +180,7 @@ def test_training_improves_drafts_and_exports(target, samples, kind, tmp_path):
 
 def test_loading_an_eagle_checkpoint_as_dflash_names_the_problem(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "eagle4"}')
-    with pytest.raises(ValueError, match="not dflash or dspark"):
+    with pytest.raises(ValueError, match="holds an EAGLE-4 drafter, which eagle4-chain, .* loads, not dflash"):
         load_dflash(tmp_path)
 
 

@@ -264,3 +264,20 @@ def test_training_pool_is_disjoint_from_benchmarks():
     for p in pool:
         if len(p) >= 40:
             assert not any(p in b or b in p for b in long_bench), p
+
+
+def test_distilling_the_low_rank_head_raises_its_recall_of_the_full_heads_argmax(data, tmp_path):
+    from reference_eagle4.training.lowrank import distil, load_ttt, recall, states
+
+    t, samples = data
+    d, _ = train(samples, t, tmp_path, tiny_cfg(steps=2, rank=2, topk_candidates=4), resume=False,
+                 log=lambda m: None, progress=False)
+    d.save(tmp_path / "drafter")
+    ttt = load_ttt(tmp_path / "drafter", t)
+    hn, step, tgt = states(ttt, samples)
+    assert len(hn) == len(step) == len(tgt) and int(step.max()) == ttt.cfg.ttt_steps - 1
+    before = recall(ttt, hn, tgt, [4, 256])
+    assert before["full@256"] == 1.0 and before["target@256"] == 1.0      # K = the whole vocabulary
+    distil(ttt, hn, steps=150, batch=128, lr=2e-2, log=lambda m: None)
+    after = recall(ttt, hn, tgt, [4])
+    assert after["full@4"] > before["full@4"] + 0.1

@@ -76,3 +76,37 @@ def test_export_refuses_without_the_target_head(tiny_target, tmp_path):
     src, _ = tiny_drafter_dir(tiny_target, tmp_path / "eagle4")
     with pytest.raises(ValueError, match="target folder"):
         export_eagle3(src, tmp_path / "out", None)
+
+
+def test_an_export_loaded_as_a_drafter_drafts_every_tree_the_original_drafts(tiny_target, tmp_path):
+    """Through `--option drafter=EXPORT`: the same trees, step after step, as our drafter run the way the export
+    runs it (full head, no window), so an EAGLE-3 checkpoint behaves in the reference engine as the engines run it."""
+    from reference_eagle4.engine import Engine, GenerationConfig, Request
+    from reference_eagle4.model import load_transformer
+    from reference_eagle4.proposers import PROPOSERS
+
+    src, args = tiny_drafter_dir(tiny_target, tmp_path / "eagle4")
+    out = tmp_path / "eagle3"
+    res = CliRunner().invoke(app, ["export-eagle3", str(src), "--out", str(out), "--target", str(tiny_target),
+                                   "--dtype", "float32"])
+    assert res.exit_code == 0, res.output
+    target = load_transformer(tiny_target)
+    g = torch.Generator().manual_seed(2)
+    reqs = [Request(f"q{i}", torch.randint(3, 300, (8 + 6 * i,), generator=g).tolist()) for i in range(3)]
+
+    def trees(drafter, **options):
+        prop = PROPOSERS["eagle4-tree"](budget=6, drafter=str(drafter), dtype="float32", int8=False, **options)
+        seen, propose = [], prop.propose
+
+        def recorded(seqs):
+            drafted = propose(seqs)
+            seen.append([(t.tokens, t.parents) for t in drafted])
+            return drafted
+
+        prop.propose = recorded
+        Engine(target, prop, GenerationConfig(20, concurrency=2), max_len=200).generate(reqs, lambda s: None)
+        return seen
+
+    ours = trees(src, window="none", head="full")
+    assert ours and ours == trees(out)
+    assert sum(len(tokens) - 1 for step in ours for tokens, _ in step) > len(ours)     # trees, not bare roots
