@@ -186,7 +186,7 @@ def extract_to_store(token_dir: str | Path, feature_dir: str | Path, target_fold
     log(f"features: {len(store)} records stored, {len(todo)} to compute (batch {batch}, {shard_records} per shard)")
     deadline = time.time() + 60 * minutes if minutes else None
     stats = {"records": 0, "positions": 0, "response_tokens": 0, "seconds": 0.0}
-    t0 = time.time()
+    t0, c0 = time.time(), time.process_time()
     for start in range(0, len(todo), shard_records):
         if deadline is not None and time.time() > deadline:
             log("features: time budget reached")
@@ -200,6 +200,6 @@ def extract_to_store(token_dir: str | Path, feature_dir: str | Path, target_fold
         dt = time.time() - t0
         log(f"features: {name}, {len(store)} records stored; this call {stats['response_tokens']} response "
             f"tokens ({stats['response_tokens'] / dt:.0f}/s), {stats['positions']} positions "
-            f"({stats['positions'] / dt:.0f}/s) in {dt:.0f} s")
+            f"({stats['positions'] / dt:.0f}/s) in {dt:.0f} s, {time.process_time() - c0:.0f} CPU s")
     stats["seconds"] = round(time.time() - t0, 1)
     return stats

@@ -58,7 +58,7 @@ def generate(pool_path: str | Path, store_dir: str | Path, target_folder: str | 
     deadline = time.time() + 60 * plan.minutes if plan.minutes else None
     goal = plan.target_tokens or 0
     stats = {"records": 0, "tokens": 0, "seconds": 0.0}
-    t0 = time.time()
+    t0, c0 = time.time(), time.process_time()
     with TokenStore(store_dir, vocab_size=model.args.vocab_size) as store:
         have = store.response_tokens
         log(f"generate: {len(store)} records, {have} response tokens stored; goal {goal or 'none'}, "
@@ -108,8 +108,9 @@ def generate(pool_path: str | Path, store_dir: str | Path, target_folder: str | 
                 engine.generate(requests(), on_done)
                 del engine
     stats["seconds"] = round(time.time() - t0, 1)
+    stats["cpu_seconds"] = round(time.process_time() - c0, 1)       # on a shared machine, what this call got
     stats["stored_tokens"] = have
     log(f"generate: stopped with {have} response tokens stored; this call {stats['records']} records, "
         f"{stats['tokens']} tokens in {stats['seconds']:.0f} s "
-        f"({stats['tokens'] / max(stats['seconds'], 1e-9):.1f} tok/s)")
+        f"({stats['tokens'] / max(stats['seconds'], 1e-9):.1f} tok/s; {stats['cpu_seconds']:.0f} CPU s)")
     return stats

@@ -161,6 +161,8 @@ def register(app: typer.Typer) -> None:
                                                  "eagle4 drafter of the same configuration (continued training, e.g. "
                                                  "the bundled one), for dflash/dspark a dflash drafter's backbone "
                                                  "(e.g. OUT/dflash/drafter for dspark)."),
+        data: Optional[Path] = typer.Option(None, help="A `specbench train-data` folder: train on its feature "
+                                            "store (greedy + sampled responses at scale) instead of regenerating."),
         mlp_width: Optional[int] = typer.Option(None, min=1, help="eagle4 only: the drafter's MLP intermediate "
                                                 "size (default: the target's). With --init-from a narrower drafter, "
                                                 "its MLP grows to this width and keeps what it learnt."),
@@ -184,6 +186,9 @@ def register(app: typer.Typer) -> None:
             check_init_from(init_from, drafter)
         if mlp_width is not None and drafter != "eagle4":
             raise SpecbenchError(f"--mlp-width: only for --drafter eagle4, not {drafter}")
+        if data is not None and not (data / "features" / "meta.json").exists():
+            raise SpecbenchError(f"--data {data}: no feature store at {data / 'features'} "
+                                 "(run specbench train-data generate, then train-data features)")
         from importlib import resources
 
         from reference_eagle4.training import TrainConfig, train_drafter
@@ -192,7 +197,7 @@ def register(app: typer.Typer) -> None:
             pool = pool or bundled
             cfg = TrainConfig(init_from=str(init_from) if init_from else None, mlp_width=mlp_width)
             folder = train_drafter(drafter, out, pool, target, pool_chat(pool), minutes, steps, seed, resume,
-                                   threads=threads, regen_method=regen_method, train_config=cfg)
+                                   threads=threads, regen_method=regen_method, train_config=cfg, data=data)
         console.print(f"drafter: {folder}")
 
     @app.command()
