@@ -211,7 +211,7 @@ def expect_layout(folder: Path, wanted: tuple[str, ...], method: str) -> str:
 
 def check_eagle3_config(cfg: dict[str, Any], path: Path) -> None:
     """Refuse the EAGLE-3 variants vLLM's llama_eagle3.py / qwen3_eagle3.py know and our drafter does not run:
-    several draft layers, norms before or inside fc, the post-norm output fed back, parallel drafting, biases."""
+    several draft layers, norms before or inside fc, the post-norm output fed back, biases, sliding windows."""
     eagle = cfg.get("eagle_config") or {}
     unsupported = [name for name, on in (
         (f"num_hidden_layers {cfg.get('num_hidden_layers')}", cfg.get("num_hidden_layers", 1) != 1),
@@ -219,7 +219,6 @@ def check_eagle3_config(cfg: dict[str, Any], path: Path) -> None:
         ("fc_norm", cfg.get("fc_norm")), ("norm_output", cfg.get("norm_output")),
         ("use_aux_hidden_state false", eagle.get("use_aux_hidden_state", True) is False),
         ("attention_bias", cfg.get("attention_bias")),
-        ("parallel drafting", any("Peagle" in a or "PEagle" in a for a in cfg.get("architectures") or ())),
         ("sliding_attention layers", "sliding_attention" in (cfg.get("layer_types") or ()))) if on]
     if unsupported:
         raise CheckpointError(f"{path}: EAGLE-3 with {unsupported[0]} is not supported by the reference engine")
@@ -239,5 +238,5 @@ def check_dflash_config(cfg: dict[str, Any], path: Path) -> None:
     if unsupported:
         raise CheckpointError(f"{path}: DFlash with {unsupported[0]} is not supported by the reference engine")
     for key in ("mask_token_id", "target_layer_ids"):
-        if dcfg.get(key) is None:
+        if dcfg.get(key, cfg.get(key)) is None:             # qwen3_dflash.py reads dflash_config, then the top level
             raise CheckpointError(f"{path}: no dflash_config.{key}")

@@ -94,13 +94,14 @@ class DFlashConfig(LayerShape):
         theta, scaling = rope_parameters({"rope_theta": 1e6, **cfg})   # qwen3_dflash.py: set_default_rope_theta
         vocab, draft_vocab = cfg["vocab_size"], cfg.get("draft_vocab_size")
         return cls(
-            hidden_size=hidden, num_attention_heads=n_heads, num_key_value_heads=cfg.get("num_key_value_heads", n_heads),
+            hidden_size=hidden, num_attention_heads=n_heads,
+            num_key_value_heads=cfg.get("num_key_value_heads", n_heads),
             head_dim=cfg.get("head_dim") or hidden // n_heads, intermediate_size=cfg["intermediate_size"],
             vocab_size=vocab, target_hidden_size=cfg.get("target_hidden_size") or hidden,
             num_layers=cfg["num_hidden_layers"], block_size=cfg["block_size"],
             rms_norm_eps=cfg.get("rms_norm_eps", 1e-6), rope_theta=theta, rope_scaling=scaling,
             max_position_embeddings=cfg.get("max_position_embeddings", 8192),
-            capture_layers=tuple(int(i) + 1 for i in dcfg["target_layer_ids"]),   # eagle3_utils.py: "+1"
+            capture_layers=tuple(int(i) + 1 for i in dcfg.get("target_layer_ids", cfg.get("target_layer_ids"))),
             draft_vocab_size=draft_vocab if draft_vocab not in (None, vocab) else None,
             qk_norm=True, mask_row=int(dcfg.get("mask_token_id", cfg.get("mask_token_id"))))
 
@@ -284,7 +285,8 @@ class DFlashDrafter(nn.Module):
                 p + "mlp.gate_proj.weight": gate, p + "mlp.up_proj.weight": up,
                 p + "mlp.down_proj.weight": L.down.weight})
             if L.q_norm is not None:
-                out.update({p + "self_attn.q_norm.weight": L.q_norm.weight, p + "self_attn.k_norm.weight": L.k_norm.weight})
+                out.update({p + "self_attn.q_norm.weight": L.q_norm.weight,
+                            p + "self_attn.k_norm.weight": L.k_norm.weight})
         for name in ("lm_head", "embed_tokens"):
             if getattr(self, name) is not None:
                 out[name + ".weight"] = getattr(self, name).weight

@@ -75,7 +75,8 @@ def rope(x: Tensor, pos: Tensor, theta: float) -> Tensor:
     hd = x.shape[-1]
     ang = torch.outer(pos.double(), 1.0 / theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
     cos, sin = ang.cos().float()[:, None], ang.sin().float()[:, None]
-    return torch.cat([x[..., : hd // 2] * cos - x[..., hd // 2:] * sin, x[..., hd // 2:] * cos + x[..., : hd // 2] * sin], -1)
+    x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
 
 
 def vllm_eagle3_chain(folder: Path, target: Path, aux: Tensor, tokens: list[int], n: int) -> list[int]:
@@ -110,8 +111,8 @@ def vllm_eagle3_chain(folder: Path, target: Path, aux: Tensor, tokens: list[int]
         vals.append(v)
         K, Vv = torch.cat(keys), torch.cat(vals)
         qpos, kpos = pos[:, None], torch.cat([torch.arange(len(K) - len(pos)), pos])[None]
-        attn = F.scaled_dot_product_attention(rope(q, pos, theta).transpose(0, 1), K.transpose(0, 1), Vv.transpose(0, 1),
-                                              attn_mask=kpos <= qpos, enable_gqa=True)
+        attn = F.scaled_dot_product_attention(rope(q, pos, theta).transpose(0, 1), K.transpose(0, 1),
+                                              Vv.transpose(0, 1), attn_mask=kpos <= qpos, enable_gqa=True)
         residual = attn.transpose(0, 1).reshape(len(ids), -1) @ w[p + "self_attn.o_proj.weight"].T + residual
         m = rms(residual, w[p + "post_attention_layernorm.weight"])
         prenorm = (F.silu(m @ w[p + "mlp.gate_proj.weight"].T) * (m @ w[p + "mlp.up_proj.weight"].T)) \
