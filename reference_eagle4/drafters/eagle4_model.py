@@ -149,6 +149,17 @@ def rope_cos_sin(cfg: Eagle4Config, device: str | torch.device = "cpu") -> tuple
     return rope_table(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings, device)
 
 
+def fit_rope(drafter: nn.Module, max_position: int) -> None:
+    """Lengthen a drafter's RoPE tables to the target's context where its checkpoint says less, as vLLM 0.33.0 raises
+    a draft's max_position_embeddings to the target's (config/speculative.py,
+    _maybe_override_draft_max_position_embeddings: 2048 for the Llama-3.1-8B EAGLE-3 drafter); the frequencies do
+    not depend on the length (rope_parameters fixes original_max_position_embeddings when it reads the config)."""
+    cfg = drafter.cfg
+    if cfg.max_position_embeddings < max_position:
+        drafter.cfg = replace(cfg, max_position_embeddings=max_position)
+        drafter.rope_cos, drafter.rope_sin = rope_cos_sin(drafter.cfg, drafter.rope_cos.device)
+
+
 def lowrank_from_svd(weight: Tensor, rank: int) -> tuple[Tensor, Tensor]:
     """A [H, r], B [r, V] with (h @ A) @ B = the best rank-r approximation of h @ weight.T (weight [V, H])."""
     w = weight.detach().float()

@@ -25,6 +25,7 @@ from torch import Tensor
 from reference_eagle4.calibration import CostTable, table_for
 from reference_eagle4.drafters import DEFAULT_DFLASH, DEFAULT_DSPARK
 from reference_eagle4.drafters.dflash_model import DFlashDrafter, load_dflash
+from reference_eagle4.drafters.eagle4_model import fit_rope
 from reference_eagle4.planner import TreePlanner
 from reference_eagle4.proposers.base import (
     Proposer, dtype_option, load_drafter_folder, register, target_embedding_and_head)
@@ -101,6 +102,7 @@ class DFlashProposer(Proposer):
         dtype = self.dtype or emb.dtype
         d = d.to(dtype)
         d.rope_cos, d.rope_sin = d.rope_cos.float(), d.rope_sin.float()
+        fit_rope(d, args.max_position)
         d.attach(emb.to(dtype), head.to(dtype)).eval().requires_grad_(False).pack()
         self.drafter, self.target = d, target
         c = d.cfg

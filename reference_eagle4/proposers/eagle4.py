@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from reference_eagle4.drafters import DEFAULT_EAGLE4
-from reference_eagle4.drafters.eagle4_model import Eagle4Drafter, load_drafter
+from reference_eagle4.drafters.eagle4_model import Eagle4Drafter, fit_rope, load_drafter
 from reference_eagle4.linears import Int8Linear
 from reference_eagle4.proposers.base import (
     Proposer, dtype_option, flag_option, load_drafter_folder, register, target_embedding_and_head)
@@ -236,6 +236,7 @@ class Eagle4Proposer(Proposer):
         lm = target.lm_head
         d = d.to(dtype)
         d.rope_cos, d.rope_sin = d.rope_cos.float(), d.rope_sin.float()
+        fit_rope(d, args.max_position)
         full = lm if head_w.dtype == dtype else None
         d.attach(emb if emb.dtype == dtype else emb.to(dtype),
                  head_w if head_w.dtype == dtype else head_w.to(dtype), full_head=full)

@@ -63,11 +63,12 @@ def _layer(g: torch.Generator, prefix: str, H: int, I: int, nh: int, nkv: int, h
 
 def eagle3_drafter(folder: Path, target: Path, *, qwen3: bool, draft_vocab: Tensor, own_embed: bool = False,
                    norm_before_residual: bool = False, bins: bool = False, layer_ids: list[int] | None = None,
-                   seed: int = 1) -> Path:
+                   max_position: int | None = None, seed: int = 1) -> Path:
     """A random EAGLE-3 checkpoint for `target`: a Llama layer (LlamaForCausalLMEagle3, as the Llama-3.1-8B
     drafters) or a Qwen3 one with q/k norms (Eagle3Qwen3ForCausalLM); its lm_head over `draft_vocab` (target ids,
     stored as d2t offsets with t2d); with `own_embed` its own embed_tokens; in pytorch_model.bin with `bins`; the
-    target layers named by eagle_config's layer-output ids (SpecForge), or none (the target's default layers)."""
+    target layers named by eagle_config's layer-output ids (SpecForge), or none (the target's default layers); a
+    context of `max_position` (the Llama-3.1-8B drafter says 2048), else the target's."""
     tcfg = json.loads((target / "config.json").read_text())
     H, V, nh, nkv = tcfg["hidden_size"], tcfg["vocab_size"], tcfg["num_attention_heads"], tcfg["num_key_value_heads"]
     hd, I = tcfg.get("head_dim") or H // nh, tcfg["intermediate_size"]
@@ -84,7 +85,8 @@ def eagle3_drafter(folder: Path, target: Path, *, qwen3: bool, draft_vocab: Tens
         "architectures": ["Eagle3Qwen3ForCausalLM" if qwen3 else "LlamaForCausalLMEagle3"],
         "model_type": "qwen3" if qwen3 else "llama", "hidden_size": H, "intermediate_size": I,
         "num_attention_heads": nh, "num_key_value_heads": nkv, "head_dim": hd, "num_hidden_layers": 1,
-        "hidden_act": "silu", "rms_norm_eps": 1e-6, "max_position_embeddings": tcfg["max_position_embeddings"],
+        "hidden_act": "silu", "rms_norm_eps": 1e-6,
+        "max_position_embeddings": max_position or tcfg["max_position_embeddings"],
         "rope_parameters": tcfg.get("rope_parameters"), "vocab_size": V, "draft_vocab_size": Vd,
         "tie_word_embeddings": False, "norm_before_residual": norm_before_residual}
     if layer_ids is not None:
@@ -102,7 +104,8 @@ def eagle3_drafter(folder: Path, target: Path, *, qwen3: bool, draft_vocab: Tens
 
 
 def dflash_authors_drafter(folder: Path, target: Path, *, target_layer_ids: list[int], block_size: int,
-                           mask_token_id: int, layers: int = 2, seed: int = 2) -> Path:
+                           mask_token_id: int, layers: int = 2, max_position: int | None = None,
+                           seed: int = 2) -> Path:
     """A random DFlash checkpoint as the DFlash authors publish theirs: a Qwen3 config with dflash_config
     (mask_token_id, target_layer_ids as layer-output ids), per-head q/k norms, no lm_head, no embedding, no
     mask_embedding.pt (the MASK is the embedding row of mask_token_id) and no rope_theta (vLLM's default 1e6)."""
@@ -116,8 +119,8 @@ def dflash_authors_drafter(folder: Path, target: Path, *, target_layer_ids: list
         state.update(_layer(g, f"layers.{i}.", H, I, nh, nkv, hd, H, True))
     cfg = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": H, "intermediate_size": I,
            "num_attention_heads": nh, "num_key_value_heads": nkv, "head_dim": hd, "num_hidden_layers": layers,
-           "hidden_act": "silu", "rms_norm_eps": 1e-6, "max_position_embeddings": tcfg["max_position_embeddings"],
-           "vocab_size": V, "block_size": block_size, "num_target_layers": tcfg["num_hidden_layers"],
+           "hidden_act": "silu", "rms_norm_eps": 1e-6,
+           "max_position_embeddings": max_position or tcfg["max_position_embeddings"], "vocab_size": V, "block_size": block_size, "num_target_layers": tcfg["num_hidden_layers"],
            "layer_types": ["full_attention"] * layers, "tie_word_embeddings": False, "attention_bias": False,
            "dflash_config": {"mask_token_id": mask_token_id, "target_layer_ids": target_layer_ids}}
     folder.mkdir(parents=True)

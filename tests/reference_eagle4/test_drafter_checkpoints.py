@@ -125,7 +125,7 @@ def vllm_eagle3_chain(folder: Path, target: Path, aux: Tensor, tokens: list[int]
 
 @pytest.mark.parametrize("layout", [
     dict(qwen3=True, own_embed=True, norm_before_residual=True, layer_ids=[0, 2, 4]),   # Qwen3 (SpecForge ids)
-    dict(qwen3=False, bins=True),                                                       # Llama-3.1-8B's: .bin, no ids
+    dict(qwen3=False, bins=True, max_position=8),       # as the Llama-3.1-8B drafter: .bin, no ids, a short context
 ])
 def test_an_eagle3_checkpoint_drafts_what_vllm_drafts_from_it(qwen3, tmp_path, layout):
     folder, target, hf = qwen3
@@ -140,10 +140,11 @@ def test_an_eagle3_checkpoint_drafts_what_vllm_drafts_from_it(qwen3, tmp_path, l
 
 
 def test_a_dflash_authors_checkpoint_drafts_what_vllm_drafts_from_it(qwen3, tmp_path):
-    """Four target layers, the MASK as the target's embedding row, the target's lm_head (none of its own)."""
+    """Four target layers, the MASK as the target's embedding row, the target's lm_head (none of its own), a context
+    shorter than the target's (its RoPE tables grow to the target's)."""
     folder, target, hf = qwen3
     ck = dflash_authors_drafter(tmp_path / "df", folder, target_layer_ids=[0, 2, 3, 5], block_size=DRAFTS + 1,
-                                mask_token_id=MASK_ID)
+                                mask_token_id=MASK_ID, max_position=8)
     d = load_dflash(ck)
     assert d.cfg.capture_layers == (1, 3, 4, 6) and d.cfg.qk_norm and d.cfg.rope_theta == 1e6
     tokens, hidden = context(hf)
