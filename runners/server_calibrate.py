@@ -38,6 +38,7 @@ import subprocess
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from importlib import resources
+from itertools import accumulate
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -93,8 +94,13 @@ def table_path(key: dict[str, Any], folder: Path | None = None) -> Path:
 
 
 def find_server_table(key: dict[str, Any], folder: Path | None = None) -> tuple[CostTable, Path] | None:
+    """The table saved under this key, rebuilt from its raw samples (so the rules of `build_table` apply to every
+    table read), and its file; None when there is none."""
     path = table_path(key, folder)
-    return (CostTable.load(path), path) if path.exists() else None
+    if not path.exists():
+        return None
+    saved = CostTable.load(path)
+    return build_table(saved.key, saved.raw, saved.created), path
 
 
 def engine_version(python: str, engine: str = "vllm") -> str:
@@ -152,17 +158,22 @@ def reach_by_depth(raw: dict[str, Any]) -> list[float]:
     return out
 
 
-def build_table(key: dict[str, Any], raw: dict[str, Any]) -> CostTable:
-    """The CostTable of every K in `raw` over the batch sizes all of them timed."""
+def build_table(key: dict[str, Any], raw: dict[str, Any], created: str | None = None) -> CostTable:
+    """The CostTable of every K in `raw` over the batch sizes all of them timed: each point the median of its
+    samples, then the running maximum over batch sizes, since one more sequence never makes a step cheaper (the
+    planner takes the same maximum over token counts): a batch timed below a smaller one during a quiet spell of
+    the machine would otherwise look free and pull the schedule to it."""
     ks = sorted(raw["ks"], key=int)
     entries = [raw["ks"][k] for k in ks]
     batches = sorted(set.intersection(*(set(map(int, e["step_ms"])) for e in entries)))
     if not batches:
         raise SpecbenchError("the calibrations of this server share no batch size; recalibrate every K")
     context = round(statistics.fmean(e["context"] for e in entries))
-    verify = [[[statistics.median(e["step_ms"][str(b)]) for e in entries]] for b in batches]
+    medians = [[statistics.median(e["step_ms"][str(b)]) for b in batches] for e in entries]
+    rising = [list(accumulate(row, max)) for row in medians]          # [K][batch]
+    verify = [[[row[i] for row in rising]] for i in range(len(batches))]
     return CostTable(key, batches, [context], [int(k) + 1 for k in ks], verify,
-                     created=datetime.now(timezone.utc).isoformat(timespec="seconds"), raw=raw)
+                     created=created or datetime.now(timezone.utc).isoformat(timespec="seconds"), raw=raw)
 
 
 # -- measuring -------------------------------------------------------------------------------------------------

@@ -114,3 +114,17 @@ def test_if_missing_keeps_a_table_that_has_every_k_and_measures_a_missing_one(tm
     assert not measured and kept.verify_ms == first.verify_ms
     more, _, measured = calibrate_server(runner, "/m/drafter", {}, Grid(ks=(1, 7), max_batch=2), True, **quiet)
     assert measured and more.tokens == [2, 4, 8]
+
+
+def test_a_batch_timed_below_a_smaller_one_costs_what_the_smaller_did(tmp_path):
+    """A quiet spell of the machine during batch 3 must not make batch 3 look cheaper than batch 2 (the planner
+    would send the schedule there); the saved file's medians are rebuilt by the same rule when read."""
+    raw = {"ks": {"1": {"acceptance": {"num_drafts": 10.0, "accepted_per_pos": [5.0]}, "context": 300,
+                        "step_ms": {"1": [100.0], "2": [120.0, 124.0], "3": [90.0], "4": [130.0]}}}}
+    table = build_table(KEY, raw)
+    assert [row[0][0] for row in table.verify_ms] == [100.0, 122.0, 122.0, 130.0]
+    table.verify_ms[2][0][0] = 90.0                     # a file written before the rule
+    table.save(table_path(KEY, tmp_path))
+    found, _ = find_server_table(KEY, tmp_path)
+    assert [row[0][0] for row in found.verify_ms] == [100.0, 122.0, 122.0, 130.0]
+    assert found.created == table.created
