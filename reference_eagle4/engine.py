@@ -17,6 +17,8 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import Tensor
 
+from reference_eagle4.cuda_graphs import DecodeGraph
+from reference_eagle4.device import upload
 from reference_eagle4.model import KVCache, Transformer, TreeLayout
 from reference_eagle4.prefix_cache import PrefixCache
 from reference_eagle4.proposers.base import Proposer
@@ -67,6 +69,7 @@ class GenerationConfig:
     concurrency: int = 1
     seed: int = 0
     prefix_cache: int = 8                    # prompts whose KV is kept for reuse (0: prefill every prompt whole)
+    cuda_graphs: bool = True                 # on CUDA, replay batch-1 one-token steps from a graph (cuda_graphs.py)
 
 
 def seed_for(seed: int, request_id: str) -> int:
@@ -87,6 +90,9 @@ class Engine:
         proposer.bind(target)
         self.capture = proposer.capture
         self.device = target.embed.weight.device
+        # a step of one sequence and one token has fixed shapes; one that returns hidden states is not replayed
+        self.decode_graph = DecodeGraph(target, self.cache) if (
+            config.cuda_graphs and self.device.type == "cuda" and not self.capture) else None
 
     # -- one sequence ------------------------------------------------------------------------------
     def _emit(self, seq: Sequence, tokens: list[int]) -> int:
@@ -107,7 +113,7 @@ class Engine:
         cfg = self.config
         gen = None
         if not cfg.sampling.greedy:
-            gen = torch.Generator().manual_seed(seed_for(cfg.seed, request.id))
+            gen = torch.Generator(self.device).manual_seed(seed_for(cfg.seed, request.id))
         seq = Sequence(request, slot, gen, list(request.prompt_ids), t_start=time.time())
         prompt = torch.tensor(request.prompt_ids, device=self.device)
         reuse, entry = self.prefix.match(prompt) if self.prefix is not None else (0, None)
@@ -117,7 +123,7 @@ class Engine:
             self.cache.lengths[slot] = 0
         ids = prompt[None, reuse:]
         logits, hidden = self.target.prefill(ids, self.cache, slot, self.capture)     # the last token's logits
-        self.cache.keep(slot, torch.arange(ids.shape[1], device=self.device))
+        self.cache.keep(slot, range(ids.shape[1]))
         rows = [h[0] for h in hidden]
         if entry is not None:
             rows = [torch.cat([saved[:reuse], new]) for saved, new in zip(entry.hidden, rows)]
@@ -135,6 +141,9 @@ class Engine:
 
     # -- one step for all live sequences -------------------------------------------------------------
     def _step(self, seqs: list[Sequence]) -> None:
+        """Draft, verify and walk one step of every live sequence. The host waits for the device once for the
+        verification: the greedy tokens and the entropies of every node come back together (sampling adds one
+        wait per sequence for its draws); the proposer's own waits are its drafts' (`propose`)."""
         t0 = time.perf_counter()
         trees = self.proposer.propose(seqs)
         draft_ms = 1000 * (time.perf_counter() - t0)
@@ -150,15 +159,18 @@ class Engine:
             masks[b] = tree.mask(T)
         dev = self.device
         ragged = min(sizes) < T          # trees of different sizes: skip the padding in every matmul
-        valid = (torch.arange(T)[None, :] < torch.tensor(sizes)[:, None]).to(dev) if ragged else None
-        layout = TreeLayout(masks.to(dev), depths.to(dev), valid)
+        valid = torch.arange(T)[None, :] < torch.tensor(sizes)[:, None] if ragged else None
         t0 = time.perf_counter()
-        logits, hidden = self.target.verify(tokens.to(dev), self.cache, layout, self.capture)
-        timing = {"draft_ms": round(draft_ms, 3), "verify_ms": round(1000 * (time.perf_counter() - t0), 3)}
+        if self.decode_graph is not None and B == T == 1:
+            logits, hidden = self.decode_graph(tokens), []
+        else:
+            layout = TreeLayout(upload(masks, dev), upload(depths, dev), valid)
+            logits, hidden = self.target.verify(upload(tokens, dev), self.cache, layout, self.capture)
         logits = logits.reshape(-1, logits.shape[-1])              # one row per tree node, tree after tree
         starts = [0, *accumulate(sizes[:-1])]          # packed or not, each tree's rows follow the last one's
         greedy = self.config.sampling.greedy
-        argmax = greedy_tokens(logits).tolist() if greedy else None
+        argmax, ents = self._node_facts(logits, greedy)
+        timing = {"draft_ms": round(draft_ms, 3), "verify_ms": round(1000 * (time.perf_counter() - t0), 3)}
         rows: list[tuple[int, int]] = []                            # (sequence, logits row) of emitted tokens
         emitted_tokens: list[int] = []
         for b, (seq, tree) in enumerate(zip(seqs, trees)):
@@ -167,17 +179,28 @@ class Engine:
                 draw(logits[lo: lo + len(tree)], self.config.sampling, seq.generator).tolist()
             verdict = walk(tree, targets)
             emitted = self._emit(seq, verdict.tokens)
-            path = torch.tensor(verdict.path, device=dev)
-            self.cache.keep(seq.slot, path)
+            self.cache.keep(seq.slot, verdict.path)
             rows.extend((b, lo + node) for node in verdict.path[:emitted])
+            seq.entropies += [ents[lo + node] for node in verdict.path[:emitted]]
             emitted_tokens += verdict.tokens[:emitted]
             seq.steps.append({**self._step_record(tree, verdict.path, emitted), **timing})
             if not seq.done:
+                path = upload(verdict.path, dev) if hidden else None
                 self.proposer.accepted(seq, verdict.path, [h[b, path] for h in hidden])
-        ents = entropy(logits[torch.tensor([r for _, r in rows], device=dev)]).tolist()
-        for (b, _), ent in zip(rows, ents):
-            seqs[b].entropies.append(ent)
         self._keep_logprobs(seqs, logits, rows, emitted_tokens)
+
+    @staticmethod
+    def _node_facts(logits: Tensor, greedy: bool) -> tuple[list[int] | None, list[float]]:
+        """(greedy token of every node, or None when sampling; the entropy of every node) in one copy to
+        the host: the step's one wait for the device. The entropies of the nodes that end up emitted are
+        the records'; computing the others too costs a pass over a few rows more, a second wait would cost
+        the device's idle time."""
+        ent = entropy(logits)
+        if not greedy:
+            return None, ent.tolist()
+        both = torch.cat([greedy_tokens(logits).double(), ent.double()]).tolist()   # int64 ids are exact in fp64
+        n = logits.shape[0]
+        return [int(t) for t in both[:n]], both[n:]
 
     @staticmethod
     def _keep_logprobs(seqs: list[Sequence], logits: Tensor, rows: list[tuple[int, int]], tokens: list[int]) -> None:
@@ -186,7 +209,7 @@ class Engine:
         if not asked:
             return
         k = max(seqs[rows[j][0]].request.top_logprobs for j in asked)
-        picked = torch.tensor([rows[j][1] for j in asked], device=logits.device)
+        picked = upload([rows[j][1] for j in asked], logits.device)
         for j, (lp, top) in zip(asked, top_logprobs(logits[picked], [tokens[j] for j in asked], k)):
             seq = seqs[rows[j][0]]
             seq.logprobs.append((lp, top[: seq.request.top_logprobs]))

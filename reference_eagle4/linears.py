@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from reference_eagle4.device import upload
 from reference_eagle4.kernels import amx_linear
 
 
@@ -28,9 +29,12 @@ class Packing:
     step's time, would then pay for the padding too. Packing drops it: only attention sees the [B, T] layout.
     """
 
-    def __init__(self, valid: Tensor):
+    def __init__(self, valid: Tensor, device: torch.device | str | None = None):
+        """valid [B, T] bool; `device`: where the rows are used, when valid is on the host (the engine keeps
+        it there: finding the real rows of a GPU tensor would wait for the GPU)."""
         self.shape = valid.shape                                       # (B, T)
-        self.rows = valid.reshape(-1).nonzero().squeeze(1)             # [N] flat indices of the real tokens
+        rows = valid.reshape(-1).nonzero().squeeze(1)                  # [N] flat indices of the real tokens
+        self.rows = rows if device is None else upload(rows, device)
         self._padded: dict[tuple[int, torch.dtype], Tensor] = {}    # reused by `unpack(..., reuse=True)`
 
     def pack(self, x: Tensor) -> Tensor:

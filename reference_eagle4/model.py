@@ -13,12 +13,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import torch
 from torch import Tensor, nn
 
 from reference_eagle4.attention import Attend, exact_backend, step_attention
+from reference_eagle4.device import on_host, upload
 from reference_eagle4.kernels import layer_ops
 from reference_eagle4.linears import Packing, linear
 
@@ -78,22 +79,27 @@ class KVCache:
 
     Layout [layer, slot, kv_head, position, head_dim] keeps a slot's rows contiguous per layer, so a
     batch of slots 0..B-1 is a view and the accepted-path compaction is one indexed copy for all layers.
+    The lengths live on the host whatever the device: the engine reads them every step, and a read of a
+    GPU tensor would wait for the GPU; a forward uploads the ones it needs.
     """
 
-    def __init__(self, args: ModelArgs, slots: int, max_len: int, dtype: torch.dtype, device: str = "cpu"):
+    def __init__(self, args: ModelArgs, slots: int, max_len: int, dtype: torch.dtype,
+                 device: torch.device | str = "cpu"):
         shape = (args.n_layers, slots, args.n_kv_heads, max_len, args.head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
-        self.lengths = torch.zeros(slots, dtype=torch.long, device=device)
+        self.lengths = on_host(torch.zeros(slots, dtype=torch.long))
         self.max_len = max_len
 
-    def keep(self, slot: int, src: Tensor) -> None:
-        """Keep the new tokens at offsets `src` (relative to the slot's length) in order; drop the rest."""
+    def keep(self, slot: int, src: Iterable[int] | Tensor) -> None:
+        """Keep the new tokens at offsets `src` (relative to the slot's length) in order; drop the rest. A
+        prefix of the new tokens (a chain's accepted drafts, a prefill) stays where it is, uncopied."""
         start = int(self.lengths[slot])
-        n = src.numel()
-        if not torch.equal(src, torch.arange(n, device=src.device)):
+        offsets = src.tolist() if isinstance(src, Tensor) else list(src)
+        n = len(offsets)
+        if offsets != list(range(n)):
             dst = slice(start, start + n)
-            idx = start + src
+            idx = upload([start + i for i in offsets], self.k.device)
             self.k[:, slot, :, dst] = self.k[:, slot, :, idx]
             self.v[:, slot, :, dst] = self.v[:, slot, :, idx]
         self.lengths[slot] = start + n
@@ -124,7 +130,7 @@ class TreeLayout:
 
     mask: Tensor                    # [B, T, T] bool: row i = the new tokens token i sees (its ancestors, itself)
     depths: Tensor                  # [B, T] each token's offset from its slot's cached length (tree depth)
-    valid: Tensor | None = None     # [B, T] bool: the real tokens of a padded batch (None: all are real)
+    valid: Tensor | None = None     # [B, T] bool on the host: the real tokens of a padded batch (None: all are)
 
     @classmethod
     def causal(cls, B: int, T: int, device: torch.device | str = "cpu") -> "TreeLayout":
@@ -319,7 +325,7 @@ class Transformer(nn.Module):
 
     def forward(self, tokens: Tensor, cache: KVCache, tree: TreeLayout | None = None, *, first_slot: int = 0,
                 capture: tuple[int, ...] = (), logits_rows: Tensor | None = None,
-                exact: bool = True) -> tuple[Tensor, list[Tensor]]:
+                exact: bool = True, lens: Tensor | None = None) -> tuple[Tensor, list[Tensor]]:
         """Append `tokens` [B, T] after the cached tokens of slots first_slot..first_slot+B-1.
 
         `tree` defaults to a causal chain. The cache lengths are NOT advanced: the caller keeps the accepted
@@ -328,16 +334,22 @@ class Transformer(nn.Module):
         the matmuls skip the padding, and the logits come back for the real tokens only, [N, V] in
         row-major order (not with `logits_rows`). `exact` (CPU): each token's results are exactly those it
         would get alone, as decoding and verification need; False takes the fastest kernels, for a
-        computation every method does identically (a prompt's prefill).
+        computation every method does identically (a prompt's prefill). `lens` ([B] on the device): the
+        slots' lengths from a buffer the caller fills, with attention over the whole cache, so that the shapes
+        do not depend on them (a CUDA graph replays this forward: cuda_graphs.py); by default the cache's.
         """
         B, T = tokens.shape
         if tree is None:
             tree = TreeLayout.causal(B, T, tokens.device)
-        lens = cache.lengths[first_slot: first_slot + B]                               # [B]
-        kv_len = int(lens.max()) + T
-        if kv_len > cache.max_len:
-            raise ValueError(f"KV cache overflow: {kv_len} > {cache.max_len} positions")
-        packing = Packing(tree.valid) if tree.valid is not None else None
+        if lens is None:
+            host = cache.lengths[first_slot: first_slot + B]                            # [B]
+            kv_len = int(host.max()) + T
+            if kv_len > cache.max_len:
+                raise ValueError(f"KV cache overflow: {kv_len} > {cache.max_len} positions")
+            lens = upload(host, tokens.device)
+        else:
+            kv_len = cache.max_len
+        packing = Packing(tree.valid, tokens.device) if tree.valid is not None else None
         step = StepKernels(store=self._rope_store(lens, (lens[:, None] + tree.depths).contiguous(), cache),
                            attend=step_attention(self, lens, tree, kv_len, exact, cache.k.dtype),
                            packing=packing, exact=exact)

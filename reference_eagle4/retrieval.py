@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from reference_eagle4.datastore import Datastore
+from reference_eagle4.device import upload
 from reference_eagle4.tree import Candidates
 
 
@@ -158,7 +159,7 @@ class Retrieval:
             for source, n, tokens in found:
                 out[b, at: at + len(tokens)] = np.log(self.acceptance[source].path_probs(n, len(tokens)))
                 at += len(tokens)
-        return torch.from_numpy(out).float()
+        return torch.as_tensor(out).float()          # on the host (host_syncs: a factory given no device)
 
     def observe(self, drafts: list[Draft], emitted: list[int]) -> None:
         """Score a sequence's drafts of the step against the tokens the target emitted after the root."""
@@ -197,6 +198,5 @@ def merge_drafts(candidates: Candidates, drafts: list[list[Draft]], logp: Tensor
                     node, new = new, new + 1
                 at += 1
     dev = scores.device
-    return Candidates(torch.tensor(all_scores, dtype=scores.dtype, device=dev),
-                      torch.tensor(all_tokens, dtype=tokens.dtype, device=dev),
-                      torch.tensor(all_parents, dtype=parents.dtype, device=dev))
+    return Candidates(upload(all_scores, dev, scores.dtype), upload(all_tokens, dev, tokens.dtype),
+                      upload(all_parents, dev, parents.dtype))

@@ -84,13 +84,14 @@ class Candidates(NamedTuple):
         """Each sequence's tree: the root and its sizes[b] best-scored records (stable, so a parent wins a tie
         with its child and the set is closed under ancestors), parents first."""
         n = self.scores.shape[1]
-        # Python lists: a dozen tensor calls on [B, ~100] cost more than sorting ~100 floats per sequence
+        # Python lists: a dozen tensor calls on [B, ~100] cost more than sorting ~100 floats per sequence; one
+        # copy to the host for all three (a GPU's copies each wait for it; fp64 holds the ids exactly)
+        host = torch.stack([self.scores.double(), self.tokens.double(), self.parents.double()], 1).tolist()
         trees = []
-        for root, size, scores, tokens, parents in zip(roots, sizes, self.scores.tolist(), self.tokens.tolist(),
-                                                       self.parents.tolist()):
+        for root, size, (scores, tokens, parents) in zip(roots, sizes, host):
             best = sorted(range(n), key=scores.__getitem__, reverse=True)[:size]
             chosen = sorted(best)                              # records in order: parents before children
             node = {record: i for i, record in enumerate(chosen, 1)}
-            trees.append(DraftTree([root, *(tokens[r] for r in chosen)],
-                                   [-1, *(node.get(parents[r], 0) for r in chosen)]))
+            trees.append(DraftTree([root, *(int(tokens[r]) for r in chosen)],
+                                   [-1, *(node.get(int(parents[r]), 0) for r in chosen)]))
         return trees

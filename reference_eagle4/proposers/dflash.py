@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from reference_eagle4.calibration import CostTable, table_for
+from reference_eagle4.device import upload
 from reference_eagle4.drafters import DEFAULT_DFLASH, DEFAULT_DSPARK
 from reference_eagle4.drafters.dflash_model import DFlashDrafter, load_dflash
 from reference_eagle4.drafters.eagle4_model import fit_rope
@@ -100,7 +101,7 @@ class DFlashProposer(Proposer):
                              f"the target (vocab {args.vocab_size}, hidden {args.dim})")
         emb, head = target_embedding_and_head(target)
         dtype = self.dtype or emb.dtype
-        d = d.to(dtype)
+        d = d.to(emb.device, dtype)                              # the drafter runs where the target does
         d.rope_cos, d.rope_sin = d.rope_cos.float(), d.rope_sin.float()
         fit_rope(d, args.max_position)
         d.attach(emb.to(dtype), head.to(dtype)).eval().requires_grad_(False).pack()
@@ -162,13 +163,13 @@ class DFlashProposer(Proposer):
         dev = c.k.device
         lens = [c.n[s] for s in slots]
         n_max = max(lens)
-        idx = slice(0, B) if slots == list(range(B)) else torch.tensor(slots, device=dev)
-        roots = torch.tensor([s.tokens[-1] for s in seqs], device=dev)
-        t = torch.tensor([len(s.tokens) - 1 for s in seqs], device=dev)
+        idx = slice(0, B) if slots == list(range(B)) else upload(slots, dev)
+        roots = upload([s.tokens[-1] for s in seqs], dev)
+        t = upload([len(s.tokens) - 1 for s in seqs], dev)
         pos = t[:, None] + torch.arange(d.cfg.block_size, device=dev)[None]
         mask = None
         if min(lens) != n_max:
-            mask = (torch.arange(n_max, device=dev)[None, :] < torch.tensor(lens, device=dev)[:, None])
+            mask = (torch.arange(n_max, device=dev)[None, :] < upload(lens, dev)[:, None])
             mask = mask[:, None, :].expand(B, d.cfg.block_size, n_max)
         h = d.block_inputs(roots)
         for li, layer in enumerate(d.layers):
@@ -213,7 +214,7 @@ class DSparkProposer(DFlashProposer):
         d = self.drafter
         h = self._backbone(seqs)[:, 1: n + 1]
         base = d.base_logits(h)                                            # [B, n, V_draft]
-        prev = torch.tensor([s.tokens[-1] for s in seqs], device=h.device)
+        prev = upload([s.tokens[-1] for s in seqs], h.device)
         drafts, conf = [], []
         for k in range(n):
             pe = d.prev_features(prev)

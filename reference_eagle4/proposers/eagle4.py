@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 from torch import Tensor
 
+from reference_eagle4.device import on_host, upload
 from reference_eagle4.drafters import DEFAULT_EAGLE4
 from reference_eagle4.drafters.eagle4_model import Eagle4Drafter, fit_rope, load_drafter
 from reference_eagle4.linears import Int8Linear
@@ -65,7 +66,7 @@ class DrafterCache:
         self.k = torch.zeros(slots, nkv, self.R, hd, dtype=dtype, device=device)     # [slot, kv_head, R, hd]
         self.v = torch.zeros_like(self.k)
         self.pos = torch.full((slots, self.R), -1, dtype=torch.long, device=device)   # -1 = empty
-        self.next = torch.zeros(slots, dtype=torch.long, device=device)             # next pair position
+        self.next = on_host(torch.zeros(slots, dtype=torch.long))   # next pair position (the host's: read each step)
 
     def ensure(self, slots: int, max_pos: int) -> None:
         """Room for `slots` slots and (full attention) positions up to max_pos."""
@@ -77,7 +78,7 @@ class DrafterCache:
         k = torch.zeros(S2, self.nkv, R, self.hd, dtype=self.dtype, device=self.device)
         v = torch.zeros_like(k)
         pos = torch.full((S2, R), -1, dtype=torch.long, device=self.device)
-        nxt = torch.zeros(S2, dtype=torch.long, device=self.device)
+        nxt = on_host(torch.zeros(S2, dtype=torch.long))
         k[:S, :, : self.R], v[:S, :, : self.R], pos[:S, : self.R], nxt[:S] = self.k, self.v, self.pos, self.next
         self.k, self.v, self.pos, self.next, self.R = k, v, pos, nxt, R
 
@@ -234,7 +235,7 @@ class Eagle4Proposer(Proposer):
         emb, head_w = target_embedding_and_head(target)
         dtype = self.dtype or emb.dtype
         lm = target.lm_head
-        d = d.to(dtype)
+        d = d.to(emb.device, dtype)                              # the drafter runs where the target does
         d.rope_cos, d.rope_sin = d.rope_cos.float(), d.rope_sin.float()
         fit_rope(d, args.max_position)
         full = lm if head_w.dtype == dtype else None
@@ -270,7 +271,7 @@ class Eagle4Proposer(Proposer):
 
     def accepted(self, seq: "Sequence", path: list[int], hidden: list[Tensor]) -> None:
         n = len(path)
-        feats, toks = torch.cat(hidden, dim=-1), torch.tensor(seq.tokens[-n:], device=hidden[0].device)
+        feats, toks = torch.cat(hidden, dim=-1), upload(seq.tokens[-n:], hidden[0].device)
         state = seq.state
         if state.pending_features is not None:      # a step that did not draft left its pairs for the next catch-up
             feats, toks = torch.cat([state.pending_features, feats]), torch.cat([state.pending_tokens, toks])
@@ -313,20 +314,23 @@ class Eagle4Proposer(Proposer):
             feats, toks = [f[s:] for f, s in zip(feats, skip)], [t[s:] for t, s in zip(toks, skip)]
         else:
             skip = [0] * len(feats)
-        counts = torch.tensor([f.shape[0] for f in feats], device=dev)                  # [B] pairs per slot
-        slot_ids = torch.tensor(slots, device=dev)
+        n_rows = [f.shape[0] for f in feats]                  # counts and positions on the host, uploaded once
+        counts = upload(n_rows, dev)                                                     # [B] pairs per slot
+        slot_ids = upload(slots, dev)
         cache.ensure(max(slots) + 1, 0)
-        start = cache.next[slot_ids] + torch.tensor(skip, device=dev)                   # [B] first pair's position
-        cache.ensure(max(slots) + 1, int((start + counts).max()) + 1)
-        row_seq = torch.repeat_interleave(torch.arange(len(slots), device=dev), counts)  # [N] each row's sequence
+        first = [int(cache.next[s]) + k for s, k in zip(slots, skip)]
+        start = upload(first, dev)                                                       # [B] first pair's position
+        cache.ensure(max(slots) + 1, max(f + n for f, n in zip(first, n_rows)) + 1)
+        row_seq = torch.repeat_interleave(torch.arange(len(slots), device=dev), counts,
+                                          output_size=sum(n_rows))                       # [N] each row's sequence
         ends = counts.cumsum(0)
-        pos = start[row_seq] + torch.arange(int(ends[-1]), device=dev) - (ends - counts)[row_seq]     # [N]
+        pos = start[row_seq] + torch.arange(sum(n_rows), device=dev) - (ends - counts)[row_seq]     # [N]
         # [N, H] residual, [N, 2H] attention input
         residual, layer_in = drafter.inputs(torch.cat(feats).to(cache.dtype), torch.cat(toks), fuse=True)
         entry = cache.rows(pos)
         queries = drafter.project_rows(layer_in, pos, cache.k, cache.v, slot_ids[row_seq], entry)
         cache.pos[slot_ids[row_seq], entry] = pos
-        cache.next[slot_ids] = start + counts
+        cache.next[slots] = torch.tensor([f + n for f, n in zip(first, n_rows)])
         if not last:
             return None
         # the slot's cache now holds the window of the last pair (a ring of W entries: exactly its window)
@@ -369,8 +373,8 @@ class Eagle4Proposer(Proposer):
         k = self.top_k                                             # frontier width and children per node
         dev, dtype = last.device, cache.dtype
         n_kv_heads, head_dim = drafter.cfg.num_key_value_heads, drafter.cfg.head_dim
-        slot_ids = torch.tensor([s.slot for s in step.seqs], device=dev)
-        last_pos = cache.next[slot_ids] - 1                               # [B] the last pair's position
+        slot_ids = upload([s.slot for s in step.seqs], dev)
+        last_pos = upload([int(cache.next[s.slot]) - 1 for s in step.seqs], dev)   # [B] the last pair's position
         context = (cache.k, cache.v, cache.pos, slot_ids)                 # the accepted context's ring
 
         logp, ids = drafter.topk(last, k)                                 # [B, k]: level 1

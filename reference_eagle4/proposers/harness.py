@@ -34,6 +34,7 @@ from torch import Tensor
 
 from reference_eagle4.calibration import CostTable, table_for
 from reference_eagle4.datastore import Datastore
+from reference_eagle4.device import upload
 from reference_eagle4.drafters import DEFAULT_DATASTORE
 from reference_eagle4.planner import TreePlanner
 from reference_eagle4.proposers.base import flag_option, register
@@ -136,7 +137,7 @@ class CostAwareTree:
     def _best_probs(self, step: PlannedStep) -> list[list[float]]:
         """While drafting: the drafter's nodes so far and the retrieval drafts (a shared node counted twice)."""
         scores = step.scores
-        extra = [] if step.draft_logp is None else [step.draft_logp.to(scores[0].device, scores[0].dtype)]
+        extra = [] if step.draft_logp is None else [upload(step.draft_logp, scores[0].device).to(scores[0].dtype)]
         return self._top_probs(torch.cat([*scores, *extra], 1))
 
     def _top_probs(self, scores: Tensor) -> list[list[float]]:
