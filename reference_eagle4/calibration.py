@@ -1,8 +1,9 @@
 """Offline cost tables: measured verification and drafting times on the device the engine runs on.
 
 The harness decides how large a tree to verify from these tables, so they must describe the machine
-as it is (dtype, threads, packing), not a model of it. A table is keyed by device, dtype, thread count
-and parallelism; `find_table` returns the one matching the current run or None.
+as it is (dtype, threads, packing), not a model of it. A table is keyed by device (the CPU's model or the
+GPU's name), dtype, thread count and parallelism; `find_table` returns the one matching the current run or
+None. On a GPU every timed call ends when the GPU has finished it, not when Python has queued it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, Callable
 import torch
 
 from reference_eagle4.cost_table import CostTable, table_dir
-from reference_eagle4.device import device_name
+from reference_eagle4.device import device_name, synchronize
 from reference_eagle4.model import Transformer
 
 # every batch size to 8: a step's cost jumps where its rows (batch x tokens) cross a block of 32 rows of the
@@ -80,19 +81,24 @@ def median_ms(fn: Callable[[], Any], repeats: int, warmup: int) -> tuple[float, 
     return statistics.median(samples), samples
 
 
-def interleaved_ms(fns: list[Callable[[], Any]], repeats: int, warmup: int) -> list[list[float]]:
+def interleaved_ms(fns: list[Callable[[], Any]], repeats: int, warmup: int,
+                   device: torch.device | None = None) -> list[list[float]]:
     """Samples of each callable, timed in rounds (each callable once a round), so that a machine's drift
     over the measurement touches every callable alike. What the planner reads is how much dearer a larger
     step is; timed one after another, a slow spell of the machine can make a 1-token step cost more than
-    a 4-token one, and every tree up to 8 tokens look free."""
+    a 4-token one, and every tree up to 8 tokens look free. `device`: where the callables run; a GPU's work
+    is waited for before and after each sample."""
+    wait = (lambda: synchronize(device)) if device is not None else (lambda: None)
     for fn in fns:
         for _ in range(warmup):
             fn()
     samples: list[list[float]] = [[] for _ in fns]
     for _ in range(repeats):
         for fn, out in zip(fns, samples):
+            wait()
             t0 = time.perf_counter()
             fn()
+            wait()
             out.append((time.perf_counter() - t0) * 1000)
     return samples
 
@@ -109,15 +115,17 @@ def time_verification(model: Transformer, batches: tuple[int, ...], contexts: tu
     raw: dict[str, list[float]] = {}
     fine = [t for t in tokens if t <= FINE_TOKENS]
     coarse = [t for t in tokens if t > FINE_TOKENS]
+    dev = model.embed.weight.device
     with torch.inference_mode():
         for b in batches:
             cache = model.new_cache(b, max(contexts) + max(tokens) + 1)
             rows = []
             for c in contexts:
                 cache.lengths[:] = c
-                calls = {t: (lambda x=torch.randint(0, model.args.vocab_size, (b, t)): model.verify(x, cache)) for t in tokens}
-                timed = dict(zip(fine, interleaved_ms([calls[t] for t in fine], repeats * FINE_ROUNDS, warmup)))
-                timed |= dict(zip(coarse, interleaved_ms([calls[t] for t in coarse], repeats, warmup)))
+                calls = {t: (lambda x=torch.randint(0, model.args.vocab_size, (b, t)).to(dev): model.verify(x, cache))
+                         for t in tokens}
+                timed = dict(zip(fine, interleaved_ms([calls[t] for t in fine], repeats * FINE_ROUNDS, warmup, dev)))
+                timed |= dict(zip(coarse, interleaved_ms([calls[t] for t in coarse], repeats, warmup, dev)))
                 samples = [timed[t] for t in tokens]
                 for t, ts in zip(tokens, samples):
                     raw[f"b{b}-c{c}-t{t}"] = ts
@@ -139,7 +147,8 @@ def calibrate(model: Transformer, batches: tuple[int, ...] = DEFAULT_BATCHES,
     draft: list[list[float]] = []
     if drafter_step is not None:
         for b in batches:       # cheap calls: FINE_ROUNDS times the rounds, since a few misprice a level
-            samples = interleaved_ms([drafter_step(b, w) for w in widths], repeats * FINE_ROUNDS, warmup)
+            samples = interleaved_ms([drafter_step(b, w) for w in widths], repeats * FINE_ROUNDS, warmup,
+                                     model.embed.weight.device)
             for w, ts in zip(widths, samples):
                 raw[f"draft-b{b}-w{w}"] = ts
                 if on_point:
