@@ -29,6 +29,10 @@ BURSTINESS_HELP = ("Shape of the gamma-distributed gaps between --request-rate a
                    "> 1 more regular (vllm bench serve --burstiness).")
 REPEATS_HELP = ("Run every variant N times, interleaved (repeat 1 of each, then repeat 2, ...), each in its own "
                 "run dir NAME-rK; the report shows each figure's mean and 95% confidence interval.")
+DEVICE_HELP = ("Reference engine: auto (CUDA where torch sees a GPU, else the CPU), cpu, cuda or cuda:N (a server "
+               "runs where it was launched).")
+CUDA_GRAPHS_HELP = ("Reference engine on CUDA: replay batch-1 one-token decoding steps from a CUDA graph "
+                    "(--no-cuda-graphs launches every kernel from Python); no effect on the CPU.")
 ALLOW_FAILURES_HELP = ("Exit 0 even when requests failed (a server engine's refused, dropped or timed-out requests); "
                        "without it such a run exits 1 after writing its records and report.")
 
@@ -66,6 +70,14 @@ def parse_ints(flag: str, text: str) -> list[int]:
     if not values or min(values) < 1:
         raise SpecbenchError(f"{flag} {text!r}: values must be at least 1")
     return values
+
+
+def reference_device(engine: str, device: str) -> str:
+    """--device, refused with a server engine (the server's device is its own; --option device=... names it)."""
+    if engine != "reference" and device != "auto":
+        raise SpecbenchError(f"--device {device}: the reference engine's device; a {engine} server runs where it "
+                             "was launched (name it with --option device=...)")
+    return device
 
 
 def arrivals(request_rate: float, burstiness: float) -> tuple[float | None, float | None]:
@@ -112,6 +124,8 @@ def register(app: typer.Typer) -> None:
         target: str = typer.Option("smollm2-135m", help="Known target name, a .gguf file, or a HF safetensors folder."),
         dtype: str = typer.Option("auto", help="auto (bf16 where the CPU has native bf16, else fp32), float32, bfloat16."),
         threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: all)."),
+        device: str = typer.Option("auto", help=DEVICE_HELP),
+        cuda_graphs: bool = typer.Option(True, help=CUDA_GRAPHS_HELP),
         prefix_cache: bool = typer.Option(True, help=PREFIX_HELP),
         option: list[str] = typer.Option([], help=OPTION_HELP),
         engine: str = typer.Option("reference", help=ENGINE_HELP),
@@ -130,7 +144,8 @@ def register(app: typer.Typer) -> None:
         from specbench.run import run_one
         from specbench.settings import Job, Settings, default_max_new_tokens
 
-        job = Job(dataset, list(category), limit, target, dtype, threads, engine, endpoint, prefix_cache)
+        job = Job(dataset, list(category), limit, target, dtype, threads, engine, endpoint, prefix_cache,
+                  reference_device(engine, device), cuda_graphs)
         settings = Settings(method, budget, concurrency, max_new_tokens or default_max_new_tokens(engine),
                             temperature, top_p, top_k, seed, parse_options(option),
                             *arrivals(request_rate, burstiness))
@@ -157,6 +172,8 @@ def register(app: typer.Typer) -> None:
         target: str = typer.Option("smollm2-135m", help="Known target name, a .gguf file, or a HF safetensors folder."),
         dtype: str = typer.Option("auto", help="auto, float32 or bfloat16."),
         threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: all)."),
+        device: str = typer.Option("auto", help=DEVICE_HELP),
+        cuda_graphs: bool = typer.Option(True, help=CUDA_GRAPHS_HELP),
         prefix_cache: bool = typer.Option(True, help=PREFIX_HELP),
         chunk: Optional[int] = typer.Option(None, min=1, help="Requests per interleaving block (default 1 at C=1, 4C)."),
         engine: str = typer.Option("reference", help="reference, vllm or sglang (server engines: one server per "
@@ -177,7 +194,8 @@ def register(app: typer.Typer) -> None:
         from specbench.run import run_compare
         from specbench.settings import Job, Settings, default_max_new_tokens
 
-        job = Job(dataset, list(category), limit, target, dtype, threads, engine, prefix_cache=prefix_cache)
+        job = Job(dataset, list(category), limit, target, dtype, threads, engine, prefix_cache=prefix_cache,
+                  device=reference_device(engine, device), cuda_graphs=cuda_graphs)
         base = Settings("vanilla", 1, 1, max_new_tokens or default_max_new_tokens(engine), temperature, top_p,
                         top_k, seed, parse_options(option), *arrivals(request_rate, burstiness))
         paths = run_compare(job, base, parse_methods(methods), parse_ints("--budget", budget),

@@ -58,6 +58,8 @@ class Job:
     engine: str = "reference"                # a name in specbench.runners.ENGINES
     endpoint: str | None = None              # server engines: a running server's URL (else one is launched)
     prefix_cache: bool = True                # reference engine: reuse the KV of a prompt prefix seen recently
+    device: str = "auto"                     # reference engine: auto, cpu, cuda or cuda:N
+    cuda_graphs: bool = True                 # reference engine on CUDA: replay batch-1 decoding steps from a graph
 
     def rows(self, seed: int) -> list[Row]:
         return load_rows(self.dataset, self.categories or None, self.limit, seed)

@@ -23,6 +23,7 @@ console = Console()
 TARGET_HELP = "Known target name, a .gguf file, or a HF safetensors folder."
 DTYPE_HELP = "auto (bf16 where the CPU has native bf16, else fp32), float32 or bfloat16."
 THREADS_HELP = "CPU threads (default: all)."
+DEVICE_HELP = "auto (CUDA where torch sees a GPU, else the CPU), cpu, cuda or cuda:N: time where runs will run."
 
 
 def register(app: typer.Typer) -> None:
@@ -71,6 +72,7 @@ def calibrate(
     engine: str = typer.Option("reference", help="reference (this process's engine), or vllm: launch (or attach "
                                "to) a server at each K and time its steps (runners/server_calibrate.py)."),
     threads: Optional[int] = typer.Option(None, min=1, help=THREADS_HELP),
+    device: str = typer.Option("auto", help=DEVICE_HELP),
     # the grid of reference_eagle4.calibration's DEFAULT_* (kept literal here: --help imports no torch)
     batches: str = typer.Option("1,2,3,4,5,6,7,8,16", help="Batch sizes (sequences per step). Every size up "
                                 "to 8 is timed: a step's cost jumps where its rows cross a block of the "
@@ -104,8 +106,8 @@ def calibrate(
     small grid in-process and says so. Takes a few minutes on a 2-core CPU.
     """
     if engine != "reference":
-        reference_only = [flag for flag, given in (("--threads", threads is not None), ("--out", out is not None))
-                          if given]
+        reference_only = [flag for flag, given in (("--threads", threads is not None), ("--out", out is not None),
+                                                   ("--device", device != "auto")) if given]
         if reference_only:
             raise SpecbenchError(f"{reference_only[0]} is for --engine reference; a server's table lives where its "
                                  "runs look it up")
@@ -123,7 +125,7 @@ def calibrate(
 
     b, c, t = _ints("--batches", batches), _ints("--contexts", contexts), _ints("--tokens", tokens)
     w = _ints("--widths", widths)
-    runner = ReferenceRunner(target, dtype, threads)
+    runner = ReferenceRunner(target, dtype, threads, device=device)
     if if_missing and (out.exists() if out else find_table(device_key(runner.model)) is not None):
         console.print(f"table: {out or table_dir() / (slug(device_key(runner.model)) + '.json')} (exists; kept)")
         return

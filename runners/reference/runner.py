@@ -1,7 +1,8 @@
 """The bundled reference engine as a `Runner`: dataset rows in, per-request records out.
 
 The target is loaded once per process and shared by every method of a comparison, so the methods differ only
-in their proposer; each (method, budget, concurrency) gets its own `Engine` (KV cache and scheduler).
+in their proposer; each (method, budget, concurrency) gets its own `Engine` (KV cache and scheduler). It runs
+on the device `--device` names (auto: CUDA where torch sees a GPU); a CPU run imports none of the GPU kernels.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, Iterable
 
 import torch
 
-from reference_eagle4.device import cpu_name, resolve_dtype
+from reference_eagle4.device import device_label, gpu_facts, resolve_device, resolve_dtype
 from reference_eagle4.engine import Engine, GenerationConfig, Request, Sequence
 from reference_eagle4.linears import pack_linears
 from reference_eagle4.model import Transformer, load_transformer
@@ -24,6 +25,7 @@ from reference_eagle4.weights import WeightsError, eos_ids, resolve_target, weig
 from specbench.dataset import Row, chat_messages
 from specbench.errors import SpecbenchError
 from specbench.runners.base import OnRecord, Record
+from specbench.runners.hardware import gpu_inventory
 from specbench.settings import Job, MethodSpec, Settings
 
 PREFIX_CACHE_PROMPTS = 8                     # prompts whose KV an engine keeps for reuse when the cache is on
@@ -44,10 +46,15 @@ class ReferenceRunner:
     operational_options: frozenset[str] = frozenset()
 
     def __init__(self, target: str, dtype: str = "auto", threads: int | None = None,
-                 prefix_cache: int = PREFIX_CACHE_PROMPTS):
+                 prefix_cache: int = PREFIX_CACHE_PROMPTS, device: str = "auto", cuda_graphs: bool = True):
         self.prefix_cache = prefix_cache      # prompts whose KV each engine keeps for reuse (0 = off)
         try:
-            torch_dtype = resolve_dtype(dtype)
+            self.device = resolve_device(device)
+        except ValueError as err:
+            raise SpecbenchError(f"--device {err}") from None
+        self.cuda_graphs = cuda_graphs and self.device.type == "cuda"     # in effect (the CPU has none)
+        try:
+            torch_dtype = resolve_dtype(dtype, self.device)
         except ValueError as err:
             raise SpecbenchError(f"--dtype: {err}") from None
         self.dtype_name = str(torch_dtype).removeprefix("torch.")
@@ -64,7 +71,7 @@ class ReferenceRunner:
         except (OSError, ValueError) as err:
             raise SpecbenchError(f"{self.folder}: cannot load the target's tokenizer ({err})") from None
         try:
-            self.model: Transformer = pack_linears(load_transformer(self.folder, torch_dtype))
+            self.model: Transformer = pack_linears(load_transformer(self.folder, torch_dtype, self.device))
         except (OSError, KeyError, ValueError) as err:
             raise SpecbenchError(f"{self.folder}: cannot load the target's weights ({type(err).__name__}: "
                                  f"{err})") from None
@@ -99,7 +106,8 @@ class ReferenceRunner:
     def from_job(cls, job: Job) -> "ReferenceRunner":
         if job.endpoint:
             raise SpecbenchError("--endpoint is for server engines: add --engine vllm or --engine sglang")
-        return cls(job.target, job.dtype, job.threads, PREFIX_CACHE_PROMPTS if job.prefix_cache else 0)
+        return cls(job.target, job.dtype, job.threads, PREFIX_CACHE_PROMPTS if job.prefix_cache else 0, job.device,
+                   job.cuda_graphs)
 
     def describe(self) -> dict[str, Any]:
         if self._sha is None:
@@ -113,10 +121,20 @@ class ReferenceRunner:
             "target_folder": str(self.folder),
             "weights_sha256": self._sha,
             "dtype": self.dtype_name,
-            "device": f"cpu: {cpu_name()}",
+            "device": device_label(self.device),
+            "gpu": self.gpu(),
+            "cuda_graphs": self.cuda_graphs,
             "threads": torch.get_num_threads(),
             "prefix_cache": self.prefix_cache,
         }
+
+    def gpu(self) -> dict[str, Any]:
+        """The manifest's GPU facts: torch's (name, count, capability, CUDA runtime, torch and Triton versions)
+        and the driver nvidia-smi reports; every field None on the CPU."""
+        facts = {**gpu_facts(self.device), "driver": None}
+        if self.device.type == "cuda":
+            facts["driver"] = (gpu_inventory() or {}).get("driver")
+        return facts
 
     def requests(self, rows: Iterable[Row]) -> list[Request]:
         out = []
@@ -145,7 +163,7 @@ class ReferenceRunner:
             max_new_tokens=settings.max_new_tokens,
             sampling=Sampling(settings.temperature, settings.top_p, settings.top_k),
             eos_ids=self.eos_ids, concurrency=settings.concurrency, seed=settings.seed,
-            prefix_cache=self.prefix_cache)
+            prefix_cache=self.prefix_cache, cuda_graphs=self.cuda_graphs)
         try:
             proposer = PROPOSERS[settings.method](budget=settings.budget, **settings.options)
             return Engine(self.model, proposer, cfg, max_len)        # binds the proposer: a drafter must fit

@@ -89,6 +89,8 @@ class ServeConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     read_timeout: float = DEFAULT_READ_TIMEOUT_S
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    device: str = "auto"                             # auto, cpu, cuda, cuda:N
+    cuda_graphs: bool = True                         # on CUDA: batch-1 decoding steps replayed from a graph
 
 
 def is_loopback(host: str) -> bool:
@@ -119,7 +121,8 @@ class EngineService:
         from specbench.settings import Settings
 
         self.cfg = cfg
-        self.runner = ReferenceRunner(cfg.target, cfg.dtype, cfg.threads)
+        self.runner = ReferenceRunner(cfg.target, cfg.dtype, cfg.threads, device=cfg.device,
+                                      cuda_graphs=cfg.cuda_graphs)
         self.tokenizer = self.runner.tokenizer
         limit = self.runner.model.args.max_position
         headroom = max(cfg.budget, 64) + 1

@@ -27,6 +27,10 @@ def register(app: typer.Typer) -> None:
         max_model_len: int = typer.Option(2048, min=16, help="Prompt + output tokens per request at most."),
         dtype: str = typer.Option("auto", help="auto, float32 or bfloat16."),
         threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: all)."),
+        device: str = typer.Option("auto", help="auto (CUDA where torch sees a GPU, else the CPU), cpu, cuda or "
+                                   "cuda:N."),
+        cuda_graphs: bool = typer.Option(True, help="On CUDA: replay batch-1 one-token decoding steps from a CUDA "
+                                         "graph (--no-cuda-graphs launches every kernel from Python)."),
         temperature: float = typer.Option(0.0, min=0.0, help="Sampling temperature of every request (0 = greedy)."),
         top_p: float = typer.Option(1.0, min=0.0, max=1.0, help="Nucleus mass of every request."),
         top_k: int = typer.Option(0, min=0, help="Top-k of every request (0 = off)."),
@@ -61,7 +65,7 @@ def register(app: typer.Typer) -> None:
         ReferenceRunner.check_options([(method, {})], options)
         cfg = ServeConfig(target, method, budget, concurrency, max_model_len, dtype, threads, temperature, top_p,
                           top_k, seed, options, model_name, host, port, max_body_bytes, read_timeout,
-                          max_connections)
+                          max_connections, device, cuda_graphs)
         if not is_loopback(host):
             console.print(f"warning: serving on {host}, not loopback: specbench serve has no authentication, so "
                           "anyone who can reach this address can use it (the default is 127.0.0.1)",
@@ -71,7 +75,8 @@ def register(app: typer.Typer) -> None:
         except OSError as err:
             raise SpecbenchError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
         svc = server.service
-        console.print(f"specbench serve: {method} L={budget} on {svc.model_name} ({svc.runner.dtype_name}, "
+        console.print(f"specbench serve: {method} L={budget} on {svc.model_name} ({svc.runner.dtype_name} on "
+                      f"{svc.runner.device}, "
                       f"up to {concurrency} sequences, {svc.max_model_len}-token context) at {server.url}  "
                       "(/v1/chat/completions /v1/completions /v1/models /health /metrics)",
                       highlight=False, markup=False)
