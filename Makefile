@@ -131,8 +131,13 @@ test-vllm: setup $(VLLM_VENV)/.installed
 	  --same-al $(VLLM_OUT)/vllm-eagle3=$(VLLM_OUT)/reference-eagle4-chain-as-exported \
 	  --same-al $(VLLM_OUT)/vllm-dflash=$(VLLM_OUT)/reference-dflash
 
-# On a CUDA machine: check the Triton kernels against their PyTorch twins and time them (a few minutes).
+# On a CUDA machine: the engine end to end on a random target of Llama-3.1-8B's shapes with a random EAGLE-3
+# drafter (every method token-identical to vanilla in fp32, host waits per step, calibration, ms per step against
+# the bandwidth floor: runs/gpu-check/gpu-check.json, a few minutes), then the Triton kernels against their
+# PyTorch twins, timed (a few minutes more). `python -m reference_eagle4.gpu_check --device cpu --tiny` runs the
+# first part anywhere.
 gpu-check: setup
+	$(PY) -m reference_eagle4.gpu_check --out runs/gpu-check
 	$(PY) -m reference_eagle4.kernels.bench --out runs/gpu-check/kernels.json
 
 # SGLang 0.5.23's own argument parser and speculative-decoding checks on every SGLang launch command specbench
