@@ -334,19 +334,6 @@ class Handler(JsonHandler):
     def _decode(self, ids: list[int]) -> str:
         return self.svc.tokenizer.decode(ids, skip_special_tokens=True)
 
-    def _usage(self, handle: Handle, done: dict[str, Any]) -> dict[str, int]:
-        n_out = len(done["output"])
-        return {"prompt_tokens": len(handle.prompt_ids), "completion_tokens": n_out,
-                "total_tokens": len(handle.prompt_ids) + n_out}
-
-    def _metrics(self, done: dict[str, Any]) -> dict[str, Any]:
-        svc = self.svc
-        return {
-            "speculative_decoding": request_spec_metrics(done["steps"], svc.num_spec_tokens)
-            if svc.speculative else None,
-            "specbench": {"steps": done["steps"], "mean_entropy": done["mean_entropy"],
-                          "engine_ttft_s": done["engine_ttft_s"], "engine_latency_s": done["engine_latency_s"]},
-        }
     def _logprobs(self, request: Completion, ids: list[int], logprobs: list[Any], offset: int,
                   ) -> dict[str, Any] | None:
         """The choice's `logprobs` for these output tokens in vLLM's shape; None when the request asks for none."""
@@ -361,6 +348,19 @@ class Handler(JsonHandler):
             return chat_logprobs(ids, logprobs, request.logprobs, text)
         return completion_logprobs(ids, logprobs, request.logprobs, text, offset)
 
+    def _usage(self, handle: Handle, done: dict[str, Any]) -> dict[str, int]:
+        n_out = len(done["output"])
+        return {"prompt_tokens": len(handle.prompt_ids), "completion_tokens": n_out,
+                "total_tokens": len(handle.prompt_ids) + n_out}
+
+    def _metrics(self, done: dict[str, Any]) -> dict[str, Any]:
+        svc = self.svc
+        return {
+            "speculative_decoding": request_spec_metrics(done["steps"], svc.num_spec_tokens)
+            if svc.speculative else None,
+            "specbench": {"steps": done["steps"], "mean_entropy": done["mean_entropy"],
+                          "engine_ttft_s": done["engine_ttft_s"], "engine_latency_s": done["engine_latency_s"]},
+        }
 
     def _complete(self, handle: Handle, request: Completion) -> None:
         kind, done = self._wait(handle)
