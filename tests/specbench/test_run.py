@@ -193,9 +193,9 @@ def test_a_malformed_method_option_names_the_entry(tiny_target, tmp_path):
     (["compare", "--methods", "ngram:lokup=off"], "--methods ngram:lokup=...: ngram has no option 'lokup'"),
     (["run", "--engine", "vllm", "--method", "ngram", "--option", "lookup=off"],
      "--option lookup: the vllm runner takes no option 'lookup'"),
-    (["compare", "--engine", "sglang", "--methods", "ngram:tp=2,ngram:tpp=2"],
-     "--methods ngram:tpp=...: the sglang runner takes no option 'tpp'"),
-    (["compare", "--engine", "sglang", "--methods", "ngram", "--chunk", "4"], "--chunk is for the reference engine"),
+    (["compare", "--engine", "sglang", "--methods", "sglang-ngram:tp=2,sglang-ngram:tpp=2"],
+     "--methods sglang-ngram:tpp=...: --method sglang-ngram on SGLang takes no option 'tpp'"),
+    (["compare", "--engine", "sglang", "--methods", "sglang-ngram", "--chunk", "4"], "--chunk is for the reference engine"),
     (["run", "--engine", "vllm", "--method", "ngram", "--threads", "2"], "--threads is for the reference engine"),
 ])
 def test_an_option_no_method_takes_is_an_error_not_ignored(tiny_target, tmp_path, args, message):
