@@ -4,8 +4,9 @@ decoded with the engine's continuous batching at high concurrency.
 Round 0 decodes every prompt greedily (the contexts the greedy benchmarks meet); round r >= 1 samples one more
 response per prompt at temperatures[(r - 1) % len(temperatures)] (the diversity 20x the data needs, drawn from
 the target's own distribution). A record's key is "<pool id>#g" or "<pool id>#s<r>", and the engine seeds each
-request from (seed, key), so a resumed round draws what the interrupted one would have. Lossless drafting
-(ngram by default) only speeds decoding: the tokens are the target's greedy tokens or samples either way.
+request from (seed, key), so a resumed round draws what the interrupted one would have. A lossless drafting
+method may speed decoding (the tokens are the target's greedy tokens or samples either way); at high
+concurrency on a few CPU cores plain batched decoding is the faster one, hence the default.
 Records are appended as requests finish; the run stops at `target_tokens` response tokens or after `minutes`.
 """
 
@@ -27,8 +28,8 @@ class GenPlan:
     top_p: float = 1.0
     max_new_tokens: int = 160
     concurrency: int = 48
-    method: str = "ngram"                          # a lossless proposer: vanilla, ngram, eagle4-harness ...
-    budget: int = 8                                # its budget L (vanilla: 1)
+    method: str = "vanilla"                        # a lossless proposer: vanilla, ngram, eagle4-harness ...
+    budget: int = 1                                # its budget L (vanilla: 1)
     seed: int = 0
     target_tokens: int | None = 2_000_000          # stop once the store holds this many response tokens
     minutes: float | None = None                   # or after this many minutes of this call
