@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -70,7 +72,7 @@ def test_an_eagle4_folder_is_named_as_not_a_dflash_drafter(tiny_target, tmp_path
     cfg = json.loads((src / "config.json").read_text())
     (src / "config.json").write_text(json.dumps({**cfg, "model_type": "eagle4"}))
     msg = one_line_error(export(src, "--out", tmp_path / "out", "--target", tiny_target, "--mask-token-id", 5))
-    assert str(src / "config.json") in msg and "not dflash or dspark" in msg
+    assert msg.startswith(str(src)) and "holds an EAGLE-4 drafter" in msg and "not dflash" in msg
 
 
 def test_a_target_of_another_shape_is_one_line(tiny_target, tmp_path):
@@ -80,7 +82,11 @@ def test_a_target_of_another_shape_is_one_line(tiny_target, tmp_path):
     from safetensors.torch import save_file
 
     save_file({"model.embed_tokens.weight": torch.zeros(10, 8)}, str(other / "model.safetensors"))
-    (other / "config.json").write_text("{}")
+    config = json.loads((Path(tiny_target) / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "hidden_size": 8}))
+    for f in Path(tiny_target).iterdir():          # the same tokenizer and chat template: only the shape differs
+        if f.is_file() and f.suffix != ".safetensors" and f.name != "config.json":
+            shutil.copy(f, other / f.name)
     msg = one_line_error(export(src, "--out", tmp_path / "out", "--target", other, "--mask-token-id", 5))
     assert "another target?" in msg and str(other) in msg
 

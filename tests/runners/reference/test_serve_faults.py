@@ -309,7 +309,7 @@ def test_serving_beyond_loopback_warns(monkeypatch):
         def __init__(self, cfg):
             self.url = f"http://{cfg.host}:{cfg.port}"
             self.service = type("S", (), {"model_name": "m", "max_model_len": 16,
-                                          "runner": type("R", (), {"dtype_name": "float32"})})
+                                          "runner": type("R", (), {"dtype_name": "float32", "device": "cpu"})})
 
         def serve_forever(self):
             raise KeyboardInterrupt
