@@ -218,8 +218,10 @@ def _counters_table(summaries: list[Summary]) -> dict[str, Any] | None:
     table = Table("Engine counters", ["engine", "method", "L", "C", "AL records", "AL counters", "gap",
                                       "AL engine's own", "hit@1 records", "hit@1 counters", "check", "run"],
                   [False, False, True, True, True, True, True, True, True, True, False, False])
+    def first(rates: list[float | None]) -> float | None:
+        return rates[0] if rates else None
+
     for s, c in checks:
-        first = lambda rates: rates[0] if rates else None  # noqa: E731
         check = (f"differs > {TOLERANCE:.0%}" if c["flag"] else "agrees") + (" (counters incomplete)"
                                                                             if c["incomplete"] else "")
         table.rows.append([str(s["engine"]), str(s["method"]), str(s["budget"]), str(s["concurrency"]),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from stub_openai import StubServer
 from typer.testing import CliRunner
 
 from specbench.cli import app
@@ -14,10 +13,8 @@ cli = CliRunner()
 
 
 @pytest.fixture
-def server():
-    s = StubServer("ok").start()
-    yield s
-    s.close()
+def server(stub_server):
+    return stub_server
 
 
 def run(out, url, *extra):

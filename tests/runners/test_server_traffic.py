@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-from stub_openai import StubServer
 from typer.testing import CliRunner
 
 from specbench.cli import app
@@ -26,10 +25,8 @@ cli = CliRunner()
 
 
 @pytest.fixture
-def server():
-    s = StubServer("ok").start()
-    yield s
-    s.close()
+def server(stub_server):
+    return stub_server
 
 
 @pytest.fixture
