@@ -303,6 +303,7 @@ class ServerRunner:
         self._model_name: str | None = None
         self._prepared_options: dict[str, Any] = {}
         self._facts: dict[str, Any] = {}       # what the server says about itself (`server_facts`)
+        self._default_port: int | None = None
 
     # -- the Runner protocol --------------------------------------------------------------------------
     @classmethod
@@ -421,8 +422,15 @@ class ServerRunner:
         return self.build_launch_command(
             str(folder or self.target_spec), settings.method, settings.budget, tp=int(opts.get("tp", 1)),
             drafter=opts.get("drafter"), host=str(opts.get("host", "127.0.0.1")),
-            port=int(opts.get("port") or free_port()), dtype=self.dtype_name, max_model_len=opts.get("max_model_len"),
+            port=int(opts.get("port") or self._port()), dtype=self.dtype_name, max_model_len=opts.get("max_model_len"),
             python=python_for(opts), extra=shlex.split(str(opts.get("server_args", ""))), options=opts)
+
+    def _port(self) -> int:
+        """One free port for every server this runner launches, so variants with the same launch command share
+        one server (a compare serves each concurrency of a variant on one launch)."""
+        if self._default_port is None:
+            self._default_port = free_port()
+        return self._default_port
 
     def prepare_requests(self, requests: list[ServerRequest]) -> None:
         """Per block, before sending (e.g. tokenize prompts)."""

@@ -214,7 +214,8 @@ def run_compare(job: Job, base: Settings, methods: list[MethodSpec], budgets: li
     """All methods x budgets (vanilla once) at each concurrency, interleaved on the same requests, each `repeats`
     times (repeat k of every variant before repeat k + 1).
 
-    methods: (name, the options of this entry alone); one name may appear with several option sets."""
+    methods: (name, the options of this entry alone); one name may appear with several option sets, and an
+    entry's `budget` option runs it at that budget instead of `budgets`."""
     if ("vanilla", {}) not in methods:
         methods = [("vanilla", {}), *methods]
     root = out or Path("runs") / f"compare-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
@@ -222,23 +223,33 @@ def run_compare(job: Job, base: Settings, methods: list[MethodSpec], budgets: li
         raise SpecbenchError(f"--resume: {root} does not exist")
     compare_id = root.name
     cls = runner_class(job.engine)
-    cls.check_options(methods, base.options)
+    plan = [(m, {k: v for k, v in own.items() if k != "budget"},
+             [1] if m == "vanilla" else [own["budget"]] if "budget" in own else budgets) for m, own in methods]
+    cls.check_options([(m, own) for m, own, _ in plan], base.options)
     check_arrivals(cls, base)
     if chunk and not cls.in_process:
         raise SpecbenchError(f"--chunk is for the reference engine: {job.engine} keeps C requests in flight "
                              "throughout, one server at a time")
     by_c = {c: [replace(base, method=m, budget=L, concurrency=c, options={**base.options, **own}, variant=own)
-                for m, own in methods for L in ([1] if m == "vanilla" else budgets)] for c in concurrencies}
-    ks = range(1, repeats + 1)
-    paths = [root / f"{_dir_label(s)}-L{s.budget}-C{c}{f'-r{k}' if repeats > 1 else ''}" for c in concurrencies
-             for k in ks for s in by_c[c]]
+                for m, own, Ls in plan for L in Ls] for c in concurrencies}
+    ks, n = range(1, repeats + 1), len(by_c[concurrencies[0]])
+    if cls.in_process:
+        # one execute per concurrency, chunked as that concurrency wants
+        groups = [[(c, k, i) for k in ks for i in range(n)] for c in concurrencies]
+    else:
+        # one server launch per variant and repeat: it serves every concurrency in turn, its cache flushed and
+        # warmed up before each (ServerRunner keeps a server whose launch command is unchanged)
+        groups = [[(c, k, i) for k in ks for i in range(n) for c in concurrencies]]
+    paths = [root / f"{_dir_label(by_c[c][i])}-L{by_c[c][i].budget}-C{c}{f'-r{k}' if repeats > 1 else ''}"
+             for group in groups for c, k, i in group]
     # A resumed comparison may not have reached some variants yet: those start fresh.
     with claimed(paths, resume, missing_ok=True) as all_dirs:
         runner = cls.from_job(job)
         done: list[Path] = []
-        for c in concurrencies:
-            dirs = all_dirs[len(done): len(done) + repeats * len(by_c[c])]
-            marks = [(k, repeats) for k in ks for _ in by_c[c]] if repeats > 1 else None
-            done += execute(runner, job, [s for _ in ks for s in by_c[c]], dirs, compare_id,
+        for group in groups:
+            dirs = all_dirs[len(done): len(done) + len(group)]
+            marks = [(k, repeats) for _, k, _ in group] if repeats > 1 else None
+            c = group[0][0]
+            done += execute(runner, job, [by_c[c][i] for c, _, i in group], dirs, compare_id,
                             chunk or (1 if c == 1 else 4 * c), marks)
     return done

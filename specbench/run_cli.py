@@ -51,12 +51,19 @@ def parse_options(items: list[str], flag: str = "--option") -> dict[str, Any]:
 
 
 def parse_methods(text: str) -> list[tuple[str, dict[str, Any]]]:
-    """`ngram,eagle4-harness,eagle4-harness:lookup=off` -> [(name, that entry's own options), ...]."""
+    """`ngram,eagle4-harness,eagle4-harness:lookup=off` -> [(name, that entry's own options), ...]. An entry's
+    `budget=L` runs that method at L alone instead of every --budget (a DFlash drafter at its block size beside
+    chains at L = 5)."""
     out = []
     for entry in (e.strip() for e in text.split(",")):
         if entry:
             name, *opts = entry.split(":")
-            out.append((name, parse_options(opts, f"--methods {entry}:")))
+            own = parse_options(opts, f"--methods {entry}:")
+            budget = own.get("budget")
+            if budget is not None and (name == "vanilla" or not isinstance(budget, int) or budget < 1):
+                raise SpecbenchError(f"--methods {entry}: budget must be an integer L >= 1"
+                                     + (" (vanilla always runs at L = 1)" if name == "vanilla" else ""))
+            out.append((name, own))
     if not out:
         raise SpecbenchError("--methods: name at least one method")
     return out
@@ -159,7 +166,8 @@ def register(app: typer.Typer) -> None:
         methods: str = typer.Option("vanilla,ngram", help=(
             "Comma-separated methods; vanilla is always added. A method may carry options of its own after "
             "colons, so variants run side by side: eagle4-harness,eagle4-harness:lookup=off")),
-        budget: str = typer.Option("8", help="Comma-separated budgets L, e.g. 4,8,16 (vanilla runs once)."),
+        budget: str = typer.Option("8", help="Comma-separated budgets L, e.g. 4,8,16 (vanilla runs once; "
+                                                 "a method entry's own budget=L overrides them: dflash:budget=16)."),
         concurrency: str = typer.Option("1", help="Comma-separated concurrencies, e.g. 1,8."),
         dataset: str = typer.Option("prompt-enhancement", help=DATASET_HELP),
         category: list[str] = typer.Option([], help="Only rows of this category (repeatable)."),
@@ -176,8 +184,9 @@ def register(app: typer.Typer) -> None:
         cuda_graphs: bool = typer.Option(True, help=CUDA_GRAPHS_HELP),
         prefix_cache: bool = typer.Option(True, help=PREFIX_HELP),
         chunk: Optional[int] = typer.Option(None, min=1, help="Requests per interleaving block (default 1 at C=1, 4C)."),
-        engine: str = typer.Option("reference", help="reference, vllm or sglang (server engines: one server per "
-                                                     "method, launched in turn; --option drafter=PATH, tp=N ...)."),
+        engine: str = typer.Option("reference", help="reference, vllm or sglang (server engines: one launch per "
+                                                     "variant and repeat, serving each concurrency in turn; "
+                                                     "--option drafter=PATH, tp=N ...)."),
         option: list[str] = typer.Option([], help=OPTION_HELP),
         out: Optional[Path] = typer.Option(None, help="Folder for the run dirs (default runs/compare-<time>)."),
         resume: bool = typer.Option(False, help="Continue the comparison in --out."),

@@ -115,6 +115,31 @@ def test_compare_flushes_between_variants_and_warms_each_up(tmp_path, monkeypatc
         assert read_manifest(out / d)["warmup"]["requests"] == 2
 
 
+def test_compare_serves_every_concurrency_of_a_variant_on_one_launch(tmp_path, monkeypatch):
+    """A server launch per variant and repeat, not per concurrency: each launch serves C = 1 then C = 2, its cache
+    flushed and warmed up before each."""
+    from specbench.runners import vllm as vllm_mod
+
+    stub_script = str(Path(__file__).with_name("stub_openai.py"))
+    ports = {"vanilla": free_port(), "ngram": free_port()}
+    monkeypatch.setattr(vllm_mod.VllmRunner, "launch_command", lambda self, settings: [
+        sys.executable, stub_script, "--port", str(ports[settings.method]), "--plan", "ok"])
+    launched: list[str] = []
+    real_launch = vllm_mod.VllmRunner._launch
+    monkeypatch.setattr(vllm_mod.VllmRunner, "_launch", lambda self, session, timeout: (
+        launched.append(session.run_dir.name), real_launch(self, session, timeout))[1])
+    monkeypatch.setattr(vllm_mod.VllmRunner, "flush_cache", lambda self, base: None)
+    out = tmp_path / "cmp"
+    res = cli.invoke(app, ["compare", "--engine", "vllm", "--methods", "ngram", "--budget", "4", "--limit", "2",
+                           "--concurrency", "1,2", "--repeats", "2", "--max-new-tokens", "4", "--target",
+                           "stub-model", "--out", str(out), "--report", str(tmp_path / "report")])
+    assert res.exit_code == 0, res.output
+    assert launched == ["vanilla-L1-C1-r1", "ngram-L4-C1-r1", "vanilla-L1-C1-r2", "ngram-L4-C1-r2"]
+    for v, c, k in ((v, c, k) for v in ("vanilla-L1", "ngram-L4") for c in (1, 2) for k in (1, 2)):
+        d = out / f"{v}-C{c}-r{k}"
+        assert len(read_records(d)) == 2 and read_manifest(d)["warmup"]["requests"] == 2 * c
+
+
 @pytest.mark.parametrize("value, shown", [("-1", "-1"), ("1.5", r"1\.5"), ("many", "'many'")])
 def test_a_bad_warmup_is_one_line_naming_the_flag(tmp_path, value, shown):
     with pytest.raises(SpecbenchError, match=rf"--option warmup={shown}: expected a whole number >= 0"):

@@ -181,6 +181,25 @@ def test_compare_runs_variants_of_one_method_side_by_side(tiny_target, tmp_path)
     assert "ngram+matches=3 L=4 C=1: output identical to vanilla" in res.output
 
 
+def test_a_method_entry_runs_at_its_own_budget_beside_the_shared_ones(tiny_target, tmp_path):
+    out = tmp_path / "cmp"
+    res = cli.invoke(app, ["compare", "--target", str(tiny_target), "--methods", "ngram,ngram:matches=3:budget=2",
+                           "--budget", "4,6", "--limit", "1", "--max-new-tokens", "6", "--dtype", "float32",
+                           "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    dirs = sorted(p.name for p in out.iterdir() if p.is_dir() and p.name != "report")
+    assert dirs == ["ngram+matches=3-L2-C1", "ngram-L4-C1", "ngram-L6-C1", "vanilla-L1-C1"]
+    m = read_manifest(out / "ngram+matches=3-L2-C1")
+    assert (m["budget"], m["options"]) == (2, {"matches": 3})
+
+
+@pytest.mark.parametrize("entry", ["vanilla:budget=4", "ngram:budget=0", "ngram:budget=big"])
+def test_a_bad_per_method_budget_names_the_entry(tiny_target, tmp_path, entry):
+    with pytest.raises(SpecbenchError, match=f"--methods {entry}: budget must be an integer L >= 1"):
+        cli.invoke(app, ["compare", "--target", str(tiny_target), "--methods", entry,
+                         "--out", str(tmp_path / "c")], catch_exceptions=False)
+
+
 def test_a_malformed_method_option_names_the_entry(tiny_target, tmp_path):
     with pytest.raises(SpecbenchError, match="--methods ngram:matches: 'matches': expected KEY=VALUE"):
         cli.invoke(app, ["compare", "--target", str(tiny_target), "--methods", "ngram:matches",
