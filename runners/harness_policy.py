@@ -18,6 +18,9 @@ and its choice becomes the engine's configuration:
   `sglang_shape` builds that candidate set from the acceptance by depth and rank, lets the planner's
   `best_sizes` choose how many to verify at the expected concurrency (drafting priced at steps levels of width
   topk from the table), and keeps the (steps, topk, num_draft_tokens) with the most expected tokens per ms.
+  SGLang takes that shape at launch, so one launch serves one expected concurrency: `sglang_policy` compiles it
+  from a server table (`specbench calibrate --engine sglang`) for the run's --concurrency, and the SGLang runner
+  launches it (`runners.sglang`, `--engine sglang --method eagle4-harness`).
 
 What this leaves to the reference engine: per-step trees sized from each sequence's own draft confidence, and the
 harness's prompt-lookup and datastore drafts (`HARNESS_PARTS`).
@@ -37,6 +40,11 @@ HARNESS_PARTS = {
     "vllm": ("batch-aware chain length: the K per batch size that maximises expected tokens per ms, compiled "
              "into num_speculative_tokens_per_batch_size from a calibrated cost table",
              "per-step cost-aware trees, prompt lookup and the datastore: reference engine only"),
+    "sglang": ("calibrated EAGLE-2 tree shape per expected concurrency: the (num_steps, topk, num_draft_tokens) "
+               "that maximises expected tokens per ms at the run's --concurrency, compiled from a calibrated cost "
+               "table into SGLang's launch flags; a chain calibration measures no rank > 1, so the shape is a "
+               "chain (topk 1) of the best length",
+               "per-step cost-aware trees, prompt lookup and the datastore: reference engine only"),
 }
 
 
@@ -92,6 +100,11 @@ class TreeShape:
     num_draft_tokens: int           # verified per sequence, root included (SGLang counts it)
     speed: float
 
+    def manifest(self, concurrency: int, accept: list[list[float]]) -> dict[str, Any]:
+        return {"concurrency": concurrency, "num_steps": self.num_steps, "topk": self.topk,
+                "num_draft_tokens": self.num_draft_tokens, "expected_tokens_per_ms": round(self.speed, 5),
+                "acceptance_by_depth_and_rank": [[round(a, 4) for a in row] for row in accept]}
+
 
 def rank_acceptance(reach: list[float]) -> list[list[float]]:
     """A chain's reach by depth as acceptance by depth and rank (rank 1 only): accept[d-1][0] is the chance depth
@@ -117,7 +130,13 @@ def tree_candidates(accept: list[list[float]], steps: int, topk: int) -> list[fl
 
 def sglang_shape(table: CostTable, budget: int, concurrency: int, accept: list[list[float]],
                  topks: tuple[int, ...] = (1, 2, 4, 8)) -> TreeShape:
-    """The (num_steps, topk, num_draft_tokens <= L) that maximises expected tokens per ms at `concurrency`."""
+    """The (num_steps, topk, num_draft_tokens <= L) that maximises expected tokens per ms at `concurrency`.
+
+    accept[d-1][r-1] is the acceptance of depth d's rank-r draft; a row shorter than topk means its missing ranks
+    are never accepted (`tree_candidates` reads row[:topk]). A server calibrated on chains (`specbench calibrate
+    --engine sglang`: topk 1) measures rank 1 only (`rank_acceptance`), so every rank > 1 counts as never
+    accepted and its table prices drafting as part of a chain step (no draft_ms): a wider tree then adds no
+    expected tokens, ties with the chain of the same steps, and the chain (tried first) is kept."""
     planner = TreePlanner(table, budget, concurrency, table.contexts[0])
     best: TreeShape | None = None
     for topk in topks:
@@ -135,4 +154,11 @@ def sglang_shape(table: CostTable, budget: int, concurrency: int, accept: list[l
     if best is None:
         raise ValueError(f"no tree fits budget L={budget} with {len(accept)} depths of acceptance")
     return best
+
+
+def sglang_policy(table: CostTable, budget: int, concurrency: int) -> tuple[TreeShape, list[list[float]]]:
+    """SGLang's shape at budget L for an expected concurrency from a server table: its acceptance by depth as
+    rank-1 acceptance (`rank_acceptance`: all a chain calibration measures), and the acceptance it used."""
+    accept = rank_acceptance(reach_by_depth(table.raw))
+    return sglang_shape(table, budget, concurrency, accept), accept
 

@@ -2,11 +2,12 @@
 preset, and the `specbench run` commands that benchmark it.
 
 For `--method eagle4-harness` it prints one script a user runs on a node of the preset: calibrate the server's cost
-table (`specbench calibrate --engine vllm`), print the serve command compiled from it (`--serve`, which reads the
-table on that node), one harness run, and the seed comparison (harness, DSpark, DFlash2 and the EAGLE-4 chain with
-vanilla, L = 8 and 16, C = 1 and 8, both prompt sets, three interleaved repeats). The harness runs on vLLM (a
-batch-aware chain, `runners.harness_policy`); SGLang's tree shape (`harness_policy.sglang_shape`) is not yet
-launched by the SGLang runner, so the script is vLLM's."""
+table (`specbench calibrate --engine vllm|sglang`), print the serve command compiled from it (`--serve`, which reads
+the table on that node), one harness run, and the seed comparison (harness, DSpark, DFlash2 and the EAGLE-4 chain
+with vanilla, L = 8 and 16, C = 1 and 8, both prompt sets, three interleaved repeats). On vLLM the harness is a
+batch-aware chain (one serve command covers every batch size); on SGLang it is a tree shape compiled for one
+expected concurrency (`harness_policy.sglang_shape`), so the script prints one serve command per concurrency of the
+preset (`--serve --concurrency C`), and SGLang's DSpark takes its profiled SPS table from $SPS_TABLE."""
 
 from __future__ import annotations
 
@@ -83,27 +84,36 @@ def harness_script(preset: str, engine: str, target: str = "$TARGET", drafter: s
 
     if preset not in PRESETS:
         raise SpecbenchError(f"unknown preset {preset!r} (have: {', '.join(PRESETS)})")
-    if engine != "vllm":
-        raise SpecbenchError(f"--method {HARNESS} runs on --engine vllm (a batch-aware chain); on {engine} its tree "
-                             "shape is compiled (runners.harness_policy.sglang_shape) but not yet launched")
+    if engine not in PORTS:
+        raise SpecbenchError(f"--engine must be vllm or sglang, got {engine!r}")
     p = PRESETS[preset]
     model = ["--target", target, "--dtype", p.dtype]
     top = max(SEED_BUDGETS)
-    serve = f"serve-{preset}-{engine}-{HARNESS}.sh"
-    methods = ",".join(f"{m}:drafter={d}" for m, d in SEED_METHODS.items())
+    serve = [f"serve-{preset}-{engine}-{HARNESS}.sh"]
+    seed = dict(SEED_METHODS)
+    needs = ': "${DSPARK:?a DSpark checkpoint}" "${DFLASH2:?a DFlash2 checkpoint}"'
+    if engine == "sglang":           # one shape per expected concurrency; SGLang's DSpark needs its SPS table
+        serve = [f"serve-{preset}-{engine}-{HARNESS}-C{c}.sh" for c in p.concurrency]
+        seed["dspark"] += ":sps_table=$SPS_TABLE"
+        needs += ' "${SPS_TABLE:?its SPS cost table (python -m sglang.benchmark.dspark_sps_profiler)}"'
+    methods = ",".join(f"{m}:drafter={d}" for m, d in seed.items())
+    compiled = ("the K per batch size" if engine == "vllm" else
+                "the tree shape for each expected concurrency (" + ", ".join(f"C={c}" for c in p.concurrency) + ")")
     return [
         "#!/usr/bin/env bash",
         f"# eagle4-harness on {engine}, {p.description}: calibrate, serve, run, then the seed comparison.",
         "set -euo pipefail",
         ': "${TARGET:?the target model (Hub id or folder)}" "${DRAFTER:?its EAGLE-3 drafter}"',
-        ': "${DSPARK:?a DSpark checkpoint}" "${DFLASH2:?a DFlash2 checkpoint}"',
+        needs,
         "# 1. the server's cost table: one launch per K (1, 3, 7, 15), minutes each; kept once it exists",
         shell_join(["specbench", "calibrate", "--engine", engine, *model, "--drafter", drafter, "--tp", str(p.tp),
                     "--if-missing"]),
-        f"# 2. the {engine} serve command with the K per batch size compiled from that table, for serving with "
-        f"`bash {serve}` (the runs below launch their own)",
-        shell_join(["specbench", "engines", "preset", preset, "--engine", engine, "--method", HARNESS, "--serve",
-                    "--budget", str(top), "--target", target, "--drafter", drafter]) + f" > {serve}",
+        f"# 2. the {engine} serve command with {compiled} compiled from that table, for serving with "
+        + " or ".join(f"`bash {f}`" for f in serve) + " (the runs below launch their own)",
+        *(shell_join(["specbench", "engines", "preset", preset, "--engine", engine, "--method", HARNESS, "--serve",
+                      "--budget", str(top), *(["--concurrency", str(c)] if engine == "sglang" else []),
+                      "--target", target, "--drafter", drafter]) + f" > {f}"
+          for c, f in zip(p.concurrency, serve)),
         f"# 3. one harness run, L={top}, C={max(p.concurrency)}",
         shell_join(["specbench", "run", "--engine", engine, *model, "--method", HARNESS, "--budget", str(top),
                     "--concurrency", str(max(p.concurrency)), "--option", f"tp={p.tp}", "--option",
@@ -116,18 +126,23 @@ def harness_script(preset: str, engine: str, target: str = "$TARGET", drafter: s
     ]
 
 
-def harness_serve_command(preset: str, engine: str, budget: int, target: str, drafter: str) -> str:
-    """The preset's server command for eagle4-harness, its schedule compiled from this node's cost table."""
+def harness_serve_command(preset: str, engine: str, budget: int, target: str, drafter: str,
+                          concurrency: int | None = None) -> str:
+    """The preset's server command for eagle4-harness, compiled from this node's cost table: vLLM's K schedule,
+    or SGLang's tree shape for the expected `concurrency` (default: the preset's largest)."""
     from specbench.runners import runner_class
     from specbench.runners.server import shell_join
     from specbench.settings import Settings
 
-    if preset not in PRESETS or engine != "vllm":
+    if preset not in PRESETS or engine not in PORTS:
         harness_script(preset, engine)                     # the same one-line refusals
+    if concurrency is not None and engine != "sglang":
+        raise SpecbenchError("--concurrency is for --engine sglang: vLLM's schedule covers every batch size")
     p = PRESETS[preset]
     runner = runner_class(engine)(target, p.dtype)
     options = {"drafter": drafter, "tp": p.tp, "host": p.host, "port": PORTS[engine]}
-    return shell_join(runner.launch_command(Settings(method=HARNESS, budget=budget, options=options)))
+    return shell_join(runner.launch_command(Settings(method=HARNESS, budget=budget, options=options,
+                                                     concurrency=concurrency or max(p.concurrency))))
 
 
 @app.command("preset")
@@ -143,6 +158,9 @@ def preset_cmd(
     dataset: str = typer.Option("prompt-enhancement", help="Dataset for the run commands."),
     serve: bool = typer.Option(False, help="eagle4-harness: print the server command compiled from this node's "
                                "calibrated cost table (the script's step 2)."),
+    concurrency: Optional[int] = typer.Option(None, min=1, help="eagle4-harness --serve on sglang: the expected "
+                                              "concurrency its tree shape is compiled for (default: the preset's "
+                                              "largest)."),
 ) -> None:
     """Print the server launch command and the specbench runs (one per concurrency) of a preset; for
     eagle4-harness, the whole script: calibrate, serve, run and the seed comparison.
@@ -150,13 +168,16 @@ def preset_cmd(
     Example: specbench engines preset b300-tp4 --engine vllm --method eagle3 --drafter /ckpt/eagle3
     """
     if method == HARNESS:
-        lines = ([harness_serve_command(name, engine, budget, target, drafter or "$DRAFTER")] if serve
+        if concurrency is not None and not serve:
+            raise SpecbenchError("--concurrency is for --serve: the script prints a serve command per concurrency")
+        lines = ([harness_serve_command(name, engine, budget, target, drafter or "$DRAFTER", concurrency)] if serve
                  else harness_script(name, engine, target, drafter or "$DRAFTER"))
         for line in lines:
             console.print(line, markup=False)
         return
-    if serve:
-        raise SpecbenchError(f"--serve is for --method {HARNESS}, whose server command depends on a calibration")
+    if serve or concurrency is not None:
+        raise SpecbenchError(f"--{'serve' if serve else 'concurrency'} is for --method {HARNESS}, whose server "
+                             "command depends on a calibration")
     server, runs = preset_commands(name, engine, method, budget, target, drafter, dataset)
     p = PRESETS[name]
     console.print(f"# {engine} on {p.description}: {method}, L={budget}")

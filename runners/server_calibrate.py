@@ -1,21 +1,30 @@
-"""A server's cost table for the harness: `specbench calibrate --engine vllm`.
+"""A server's cost table for the harness: `specbench calibrate --engine vllm|sglang`.
 
 vLLM verifies one chain length K per batch size (Dynamic SD: `num_speculative_tokens_per_batch_size`,
 vllm/config/speculative.py; vllm/v1/spec_decode/dynamic/utils.py), so the harness's policy there is the K per
 batch size that maximises expected tokens per ms (`reference_eagle4.planner.best_chain`, compiled by
-`runners.harness_policy`). That needs, measured on the server as it runs:
+`runners.harness_policy`). SGLang takes one EAGLE-2 tree shape at launch, compiled for the run's concurrency
+(`harness_policy.sglang_shape`). Both need, measured on the server as it runs (SGLang's EAGLE-3 server at K
+drafts is topk 1, num_steps K, num_draft_tokens K + 1, as its own checks want: `runners.sglang_launch`):
 
 - The cost of one engine step at batch size b drafting K. For each K in `ks` (default 1, 3, 7, 15: one server
   launch each), b copies of one calibration prompt go out together with `ignore_eos`, so the b sequences decode
   in lockstep for max_new_tokens and the batch stays b. A request's decode time is its last chunk less its
   first, timed on the client (the first chunk comes from the prefill, each later one from a step); its steps
   are vLLM's `vllm:spec_decode_num_drafts` delta over the block divided by b (one draft per running request per
-  step: v1/spec_decode/metrics.py, SpecDecodingStats.observe_draft). Step ms = mean decode time / steps. Each
+  step: v1/spec_decode/metrics.py, SpecDecodingStats.observe_draft), or SGLang's `spec_verify_ct` summed over the
+  block's requests divided by b (one verify step per running request per step:
+  srt/managers/scheduler_components/batch_result_processor.py). Step ms = mean decode time / steps. Each
   (K, b) is timed `repeats` times in rounds over b, the median kept; the median gap between chunks and the
   machine's load average are kept beside each sample.
 - The acceptance by depth: the calibration prompts at concurrency max_batch, K drafts, vLLM's
   `vllm:spec_decode_num_accepted_tokens_per_pos{position}` over num_drafts (the chance a step's accepted path
   reaches depth d), pooled over every K that drafts depth d (greedy acceptance of depth d does not depend on K).
+  On SGLang the same chance comes from each request's `spec_correct_drafts_histogram` (index j: verify steps
+  that accepted exactly j drafts, summing to `spec_verify_ct`; srt/managers/tokenizer_manager.py
+  `_calculate_spec_decoding_metrics`, schedule_batch.py `update_spec_correct_drafts_histogram`) summed over the
+  block: the steps that accepted >= d drafts over all steps (`drafting_counts`). A chain server measures the
+  top draft of each depth only: acceptance by rank (topk > 1) is not measured (`harness_policy.sglang_shape`).
 
 Calibration prompts: a seeded sample of the bundled training pool (`train-pool.jsonl`), which
 `tools/make_train_pool.py` keeps disjoint from the benchmark sets. The bundled drafters were distilled on that
@@ -33,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import statistics
 import subprocess
 from dataclasses import dataclass, replace
@@ -55,8 +65,9 @@ DEFAULT_MAX_BATCH = 8
 SERVER_COSTS_REVISION = 1
 POOL = "train-pool.jsonl"
 DRAFT_METHOD = "eagle3"              # what the server runs while calibrating: the drafter at a fixed K
-# vLLM's sampling extension (vllm/entrypoints/openai/chat_completion/protocol.py): decode to max_tokens
-LOCKSTEP = {"ignore_eos": True}
+# decode to max_new_tokens: vLLM's sampling extension (vllm/entrypoints/openai/chat_completion/protocol.py), a
+# field of SGLang's sampling_params (srt/sampling/sampling_params.py)
+LOCKSTEP = {"vllm": {"ignore_eos": True}, "sglang": {"sampling_params": {"ignore_eos": True}}}
 
 
 @dataclass(frozen=True)
@@ -117,15 +128,19 @@ def engine_version(python: str, engine: str = "vllm") -> str:
     return lines[-1].strip()
 
 
+# where an attached server says its version (`server_facts`): SGLang 0.5.23 has no /version route
+VERSION_ROUTES = {"vllm": "GET /version", "sglang": "GET /server_info"}
+
+
 def server_key(runner: ServerRunner, options: dict[str, Any], drafter: str) -> dict[str, Any]:
     """The key of the server a run or a calibration talks to: the engine version its Python imports (or, attached,
     what GET /version says), where it runs, --option tp, the target and drafter, the dtype, --option server_args."""
     if runner.endpoint:
-        status, data, text = runner.get_json(runner.endpoint + "/version")
-        if status != 200 or not isinstance(data, dict) or not isinstance(data.get("version"), str):
-            raise SpecbenchError(f"GET {runner.endpoint}/version answered HTTP {status} ({text or 'no body'}): "
-                                 "the server does not say its version, which its cost table is keyed by")
-        version = data["version"]
+        version = runner.server_facts(runner.endpoint).get("engine_version")
+        if not isinstance(version, str):
+            raise SpecbenchError(f"{runner.endpoint} does not say its {runner.engine} version "
+                                 f"({VERSION_ROUTES.get(runner.engine, 'GET /version')}), which its cost table is "
+                                 "keyed by")
     else:
         version = engine_version(python_for(options), runner.engine)
     device = server_hardware(runner.endpoint, options.get("device"))["device"]
@@ -135,14 +150,43 @@ def server_key(runner: ServerRunner, options: dict[str, Any], drafter: str) -> d
                      " ".join(str(options.get("server_args", "")).split()))
 
 
+def harness_table(runner: ServerRunner, options: dict[str, Any], method: str) -> tuple[CostTable, Path]:
+    """The cost table of the server these options describe, for --method `method` (the harness), and its file;
+    a server with none is refused in one line naming the `specbench calibrate` command that makes one."""
+    drafter = options.get("drafter")
+    if not drafter:
+        raise SpecbenchError(f"--method {method} on {runner.engine} needs the draft checkpoint: --option drafter=PATH")
+    key = server_key(runner, options, str(drafter))
+    found = find_server_table(key)
+    if found is None:
+        same = "".join(f" --option {k}={shlex.quote(str(options[k]))}"
+                       for k in ("server_python", "server_args", "device") if options.get(k))
+        endpoint = f" --endpoint {runner.endpoint}" if runner.endpoint else ""
+        raise SpecbenchError(
+            f"--method {method}: no cost table for this server ({runner.engine} {key['version']}, {key['device']}, "
+            f"tp {key['tp']}, {key['dtype']}); run `specbench calibrate --engine {runner.engine} --target "
+            f"{runner.target_spec} --drafter {drafter} --dtype {key['dtype']} --tp {key['tp']}{endpoint}{same}` first")
+    return found
+
+
 # -- what the measurements give ---------------------------------------------------------------------------------
+
+def drafting_counts(counters: dict[str, Any]) -> tuple[float, list[float]]:
+    """(drafting steps, steps whose accepted path reached depth d = 1..) of a block, from vLLM's /metrics deltas
+    (num_drafts, num_accepted_tokens_per_pos) or SGLang's summed meta_info (verify_steps, accept_histogram:
+    index j the steps that accepted exactly j drafts, so depth d is reached by the sum from index d on)."""
+    if "num_drafts" in counters:
+        return counters["num_drafts"], list(counters["num_accepted_tokens_per_pos"])
+    hist = counters.get("accept_histogram") or []
+    return counters.get("verify_steps") or 0, [float(sum(hist[d:])) for d in range(1, len(hist))]
+
 
 def step_ms(records: list[dict[str, Any]], drafts: float, batch: int) -> float:
     """One engine step of a lockstep block: a request's mean decode time (last chunk - first) over its steps
-    (vLLM's num_drafts delta / batch), in ms."""
+    (the block's drafting steps / batch: `drafting_counts`), in ms."""
     if drafts <= 0:
-        raise SpecbenchError("the server counted no drafting steps (vllm:spec_decode_num_drafts did not move): "
-                             "is it speculating?")
+        raise SpecbenchError("the server counted no drafting steps (vLLM's spec_decode_num_drafts, SGLang's "
+                             "spec_verify_ct): is it speculating?")
     decode = statistics.fmean(r["latency_s"] - r["ttft_s"] for r in records)
     return 1000.0 * decode / (drafts / batch)
 
@@ -197,7 +241,7 @@ class RunnerProbe:
 
     def block(self, k: int, requests: list[ServerRequest], concurrency: int, max_new_tokens: int,
               lockstep: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        options = {**self.options, "request_extra": LOCKSTEP if lockstep else {},
+        options = {**self.options, "request_extra": LOCKSTEP[self.runner.engine] if lockstep else {},
                    # the first block at each K warms the server up; the others only flush its cache
                    "warmup": 0 if lockstep else 2 * concurrency}
         settings = Settings(method=DRAFT_METHOD, budget=k + 1, concurrency=concurrency,
@@ -211,7 +255,7 @@ class RunnerProbe:
                                  f"see {self.log_dir / f'k{k}' / 'server.log'}")
         if session.counters is None or session.counters_incomplete:
             raise SpecbenchError(f"calibration at K={k}: the server's spec-decode counters could not be read "
-                                 "from /metrics")
+                                 f"({self.runner.counters_source})")
         return records, session.counters
 
     def close(self) -> None:
@@ -233,8 +277,8 @@ def measure_k(probe: Probe, k: int, requests: list[ServerRequest], grid: Grid,
     """raw["ks"][K]: the acceptance counters over the calibration prompts, then each batch size's step times,
     timed in `grid.repeats` rounds over the batch sizes (so drift touches every size alike)."""
     records, counters = probe.block(k, requests, min(grid.max_batch, len(requests)), grid.max_new_tokens, False)
-    per_pos = counters["num_accepted_tokens_per_pos"]      # one `position` label per drafted token
-    acceptance = {"num_drafts": counters["num_drafts"], "requests": len(records),
+    drafts, per_pos = drafting_counts(counters)            # vLLM: one `position` label per drafted token
+    acceptance = {"num_drafts": drafts, "requests": len(records),
                   "accepted_per_pos": [per_pos[i] if i < len(per_pos) else 0.0 for i in range(k)]}
     reach = [a / acceptance["num_drafts"] for a in acceptance["accepted_per_pos"]] if acceptance["num_drafts"] else []
     say(f"K={k}: acceptance by depth " + " ".join(f"{r:.2f}" for r in reach))
@@ -243,7 +287,7 @@ def measure_k(probe: Probe, k: int, requests: list[ServerRequest], grid: Grid,
     for _ in range(grid.repeats):
         for b in range(1, grid.max_batch + 1):
             block, counters = probe.block(k, [one] * b, b, grid.max_new_tokens, True)
-            ms = step_ms(block, counters["num_drafts"], b)
+            ms = step_ms(block, drafting_counts(counters)[0], b)
             gaps = [g for r in block for g in r.get("itl_s") or []]
             load = load_average()
             entry["step_ms"].setdefault(str(b), []).append(ms)
@@ -273,6 +317,25 @@ def calibrate(probe_for: Callable[[int], Probe], key: dict[str, Any], requests: 
     return build_table(key, raw)
 
 
+def served_k(runner: ServerRunner) -> int:
+    """The K an attached server drafts per step: vLLM's num_speculative_tokens, or SGLang's num_steps of a chain
+    (topk 1); a server that does not say, or drafts a tree, is refused in one line."""
+    spec = runner.server_facts(runner.endpoint).get("speculative") or {}
+    if runner.engine == "sglang":
+        if spec.get("eagle_topk") not in (None, 1):
+            raise SpecbenchError(f"{runner.endpoint} drafts a tree (speculative_eagle_topk={spec['eagle_topk']}); a "
+                                 "calibration times chains: launch it with --speculative-eagle-topk 1, or leave out "
+                                 "--endpoint")
+        k, hint = spec.get("num_steps"), "GET /server_info gives no speculative_num_steps"
+    else:
+        k = spec.get("num_speculative_tokens")
+        hint = "GET /server_info or /metrics: launch it with VLLM_SERVER_DEV_MODE=1"
+    if not isinstance(k, int) or k < 1:
+        raise SpecbenchError(f"{runner.endpoint} does not say how many tokens it drafts ({hint}); or leave out "
+                             "--endpoint")
+    return k
+
+
 def calibrate_server(runner: ServerRunner, drafter: str, options: dict[str, Any], grid: Grid,
                      if_missing: bool = False, say: Callable[[str], None] = print) -> tuple[CostTable, Path, bool]:
     """Launch (or attach to) the server at each K of the grid and save its table: (table, file, measured now).
@@ -282,12 +345,7 @@ def calibrate_server(runner: ServerRunner, drafter: str, options: dict[str, Any]
     path = table_path(key)
     found = find_server_table(key)
     if runner.endpoint:
-        facts = runner.server_facts(runner.endpoint)
-        k = (facts.get("speculative") or {}).get("num_speculative_tokens")
-        if not isinstance(k, int) or k < 1:
-            raise SpecbenchError(f"{runner.endpoint} does not say how many tokens it drafts (GET /server_info or "
-                                 "/metrics): launch it with VLLM_SERVER_DEV_MODE=1, or leave out --endpoint")
-        grid = replace(grid, ks=(k,))
+        grid = replace(grid, ks=(served_k(runner),))
     if if_missing and found and all(str(k) in found[0].raw.get("ks", {}) for k in grid.ks):
         return found[0], path, False
     log_dir = path.with_suffix("")

@@ -1,9 +1,14 @@
 """Adapter for SGLang: launch command per method, the native streaming /generate endpoint, and the
 per-request speculative statistics SGLang puts in `meta_info`.
 
-The launch command of each method (vanilla, sglang-ngram, eagle3, eagle4-chain, eagle4-tree, dflash, dflash2,
-dspark) and its options follow SGLang 0.5.23's own argument rules: `runners/sglang_launch.py`. Every option
-is checked against the method it is given to (`SglangRunner.check_options`). Between variants the runner
+The launch command of each method (vanilla, sglang-ngram, eagle3, eagle4-chain, eagle4-tree, eagle4-harness,
+dflash, dflash2, dspark) and its options follow SGLang 0.5.23's own argument rules: `runners/sglang_launch.py`.
+eagle4-harness launches EAGLE3 with the (num_steps, topk, num_draft_tokens) the harness's planner compiles from
+the server's cost table (`specbench calibrate --engine sglang`) for the run's --concurrency
+(`harness_policy.sglang_policy`), so its launch command differs by concurrency and a compare launches it once per
+concurrency (the runner reuses a server only for an unchanged command); a server with no table is refused in one
+line naming the calibrate command. The manifest's method config holds the table's key and file and the shape.
+Every option is checked against the method it is given to (`SglangRunner.check_options`). Between variants the runner
 empties the server's radix cache (`flush_cache`: POST /flush_cache). Attached to a running server
 (`--endpoint`), it reads the server's resolved arguments (GET /server_info; older servers answer only its
 deprecated name /get_server_info) into `server_facts` and refuses a server whose speculative algorithm, draft
@@ -37,6 +42,7 @@ distribution's. `--option entropy=off` requests none and records no entropy.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -49,8 +55,8 @@ from specbench.runners.server_entropy import (
 )
 from specbench.runners.server_metrics import add_counters, design_al, steps_from_histogram
 from specbench.runners.sglang_launch import (
-    METHOD_SPECIFIC, METHODS, check_method, check_option, facts_from_info, facts_mismatch, launch_command,
-    spec_args, spec_env, tree_shape,
+    HARNESS, METHOD_SPECIFIC, METHODS, check_method, check_option, draft_tokens, facts_from_info, facts_mismatch,
+    launch_command, spec_args, spec_env, tree_shape,
 )
 from specbench.settings import MethodSpec, Settings
 
@@ -72,8 +78,8 @@ def _first(meta: dict[str, Any], keys: tuple[str, ...]) -> Any:
 
 
 def parse_meta_info(meta: dict[str, Any], budget: int, n_output: int, method: str = "eagle3",
-                    options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Steps and counters from one request's final `meta_info`.
+                    options: dict[str, Any] | None = None, shape: Any = None) -> dict[str, Any]:
+    """Steps and counters from one request's final `meta_info` (`shape`: eagle4-harness's compiled tree shape).
 
     Returns {"steps", "steps_source", "counters"} where counters = {"verify_steps", "accepted_drafts",
     "proposed_drafts", "accept_histogram", "completion_tokens"} (None when the server gave no spec stats).
@@ -83,8 +89,8 @@ def parse_meta_info(meta: dict[str, Any], budget: int, n_output: int, method: st
     accepted = _first(meta, ACCEPTED_KEYS)
     proposed = _first(meta, PROPOSED_KEYS)
     completion = int(meta.get("completion_tokens", n_output))
-    topk, depth = tree_shape(method, budget, options)
-    drafted = budget - 1
+    topk, depth = tree_shape(method, budget, options, shape)
+    drafted = draft_tokens(method, budget, shape) - 1
     if hist:
         steps, source = steps_from_histogram([int(x) for x in hist], drafted, n_output, depth), "histogram"
         if accepted is None:
@@ -131,20 +137,65 @@ class SglangRunner(ServerRunner):
     extra = "sglang"
     SUMMARIES = {"sglang-ngram": "SGLang's NGRAM: drafts from a trie of the tokens every request on the server "
                                  "decoded (not prompt lookup)",
-                 "dflash2": "a DFlash2 checkpoint: DFlash's block drafter plus a candidate selector"}
+                 "dflash2": "a DFlash2 checkpoint: DFlash's block drafter plus a candidate selector",
+                 HARNESS: "the calibrated EAGLE-2 tree shape per expected concurrency only (compiled from "
+                          "`specbench calibrate --engine sglang`); per-step trees, lookup and datastore: reference "
+                          "engine only"}
     counters_source = "SGLang meta_info: spec_verify_ct, accepted drafts and spec_accept_histogram summed over requests"
-    build_launch_command = staticmethod(launch_command)
 
     def __init__(self, target: str, dtype: str = "auto", endpoint: str | None = None):
         super().__init__(target, dtype, endpoint)
         self._tokenizer: Any = None
+        self._plans: dict[tuple[int, int, str], Any] = {}
+        self._launching: Settings | None = None
+
+    def launch_command(self, settings: Settings) -> list[str]:
+        """The server's launch command; eagle4-harness's shape is compiled for this run's concurrency, which the
+        shared `ServerRunner.launch_command` does not pass on, so it is kept here while that builds the command."""
+        self._launching = settings
+        try:
+            return super().launch_command(settings)
+        finally:
+            self._launching = None
+
+    def build_launch_command(self, target: str, method: str, budget: int, **kwargs: Any) -> list[str]:
+        """`launch_command`, with eagle4-harness's tree shape compiled for the run's concurrency."""
+        shape = self.harness_shape(self._launching) if method == HARNESS and self._launching else None
+        return launch_command(target, method, budget, shape=shape, **kwargs)
+
+    def harness_plan(self, settings: Settings) -> tuple[Any, list[list[float]], Any, Any]:
+        """eagle4-harness's (TreeShape, acceptance by depth and rank, CostTable, table file) at the run's budget and
+        concurrency for the server its options describe, compiled once; a server with no table is refused in one
+        line naming the calibrate command (`server_calibrate.harness_table`). Torch-free, as vLLM's."""
+        from specbench.runners.harness_policy import sglang_policy
+        from specbench.runners.server_calibrate import harness_table
+
+        opts = self._options(settings)
+        memo = (settings.budget, settings.concurrency, json.dumps(opts, sort_keys=True, default=str))
+        if memo not in self._plans:
+            table, path = harness_table(self, opts, HARNESS)
+            self._plans[memo] = (*sglang_policy(table, settings.budget, settings.concurrency), table, path)
+        return self._plans[memo]
+
+    def harness_shape(self, settings: Settings) -> Any:
+        """The compiled tree shape of an eagle4-harness run (None for every other method)."""
+        return self.harness_plan(settings)[0] if settings.method == HARNESS else None
 
     def method_config(self, settings: Settings) -> dict[str, Any]:
         opts = self._options(settings)
+        shape, harness = None, {}
+        if settings.method == HARNESS:
+            from specbench.runners.harness_policy import HARNESS_PARTS
+
+            shape, accept, table, path = self.harness_plan(settings)
+            runs, left = HARNESS_PARTS[ENGINE]
+            harness = {"harness": {"cost_table": table.key, "table_file": str(path), "table_created": table.created,
+                                   **shape.manifest(settings.concurrency, accept), "runs_on_engine": runs,
+                                   "not_on_engine": left}}
         return {"name": settings.method, "budget": settings.budget, "engine": ENGINE,
-                "speculative_args": spec_args(settings.method, settings.budget, opts.get("drafter"), opts),
+                "speculative_args": spec_args(settings.method, settings.budget, opts.get("drafter"), opts, shape),
                 "server_env": spec_env(settings.method),
-                "tensor_parallel_size": int(opts.get("tp", 1)), **entropy_config(opts)}
+                "tensor_parallel_size": int(opts.get("tp", 1)), **entropy_config(opts), **harness}
 
     @classmethod
     def check_options(cls, methods: list[MethodSpec], shared: dict[str, Any]) -> None:
@@ -185,7 +236,7 @@ class SglangRunner(ServerRunner):
         """Refuse a server whose speculative algorithm, draft shape or tensor parallel size contradicts this run,
         and one whose info route fails (HTTP 5xx); a server that reports nothing is taken as it is."""
         s = session.settings
-        clash = facts_mismatch(self._facts, s.method, s.budget, self._options(s))
+        clash = facts_mismatch(self._facts, s.method, s.budget, self._options(s), self.harness_shape(s))
         if clash:
             raise SpecbenchError(f"{base} {clash}")
 
@@ -218,9 +269,14 @@ class SglangRunner(ServerRunner):
             sampling["top_k"] = settings.top_k
         if settings.temperature > 0:
             sampling["sampling_seed"] = settings.seed          # SGLang's per-request seed (SamplingParams)
+        # --option request_extra: merged into the body, its sampling_params into the body's (where SGLang reads
+        # ignore_eos and the other sampling fields: srt/sampling/sampling_params.py)
+        extra = dict(self._options(settings).get("request_extra") or {})
+        sampling.update(extra.pop("sampling_params", None) or {})
         body = {"input_ids": req.prompt_ids, "sampling_params": sampling, "stream": True}
         if entropy_mode(self._options(settings)) == "inline":
             body.update(return_logprob=True, top_logprobs_num=DEFAULT_TOP_LOGPROBS)
+        body.update(extra)
         return body
 
     async def one(self, client: Any, base: str, session: Session, req: ServerRequest) -> dict[str, Any]:
@@ -249,7 +305,8 @@ class SglangRunner(ServerRunner):
             if grew:
                 st.got_output(t)
         st.t_end = time.time()
-        parsed = parse_meta_info(meta, settings.budget, len(ids), settings.method, self._options(settings))
+        parsed = parse_meta_info(meta, settings.budget, len(ids), settings.method, self._options(settings),
+                                 self.harness_shape(settings))
         st.extra = {"meta": meta, "parsed": parsed, "logprobs": sglang_positions(top, chosen)}
         rec = self.record(req, settings, st, ids)
         return rec

@@ -19,6 +19,12 @@ test_sglang_args.py feeds every command through SGLang 0.5.23's own parser and s
     eagle4-tree    the same with --speculative-eagle-topk min(8, L-1) (--option top_k, depth override the
                    EAGLE-2 defaults); the tree must hold L-1 candidates (speculative/eagle_utils.py
                    `organize_draft_results` takes the top L-1 of topk + (steps-1) * topk^2)
+    eagle4-harness the same EAGLE3 flags with the shape the harness's planner compiles from the server's cost
+                   table for the run's concurrency (`specbench calibrate --engine sglang`,
+                   `runners.harness_policy.sglang_shape`): --speculative-num-steps S --speculative-eagle-topk T
+                   --speculative-num-draft-tokens N, N <= L (with T = 1, N = S + 1, as
+                   arg_groups/speculative_hook.py `_handle_eagle_family` sets it); refused in one line when the
+                   server has no table. One launch serves one expected concurrency.
     dflash, dflash2
                    --speculative-algorithm DFLASH --speculative-draft-model-path DRAFTER
                    --speculative-dflash-block-size L --speculative-num-draft-tokens L (equal, or SGLang
@@ -57,7 +63,7 @@ MODULE = "sglang.launch_server"
 # specbench method -> SGLang --speculative-algorithm (None: no speculation)
 METHOD_ALGORITHM: dict[str, str | None] = {
     "vanilla": None, "sglang-ngram": "NGRAM", "eagle3": "EAGLE3", "eagle4-chain": "EAGLE3", "eagle4-tree": "EAGLE3",
-    "dflash": "DFLASH", "dflash2": "DFLASH", "dspark": "DSPARK"}
+    "eagle4-harness": "EAGLE3", "dflash": "DFLASH", "dflash2": "DFLASH", "dspark": "DSPARK"}
 METHODS = tuple(METHOD_ALGORITHM)
 
 # SGLang's n-gram knobs (arg_groups/fields/spec.py): --option name -> (flag, kind); kind an int's least value
@@ -72,7 +78,8 @@ NGRAM_OPTIONS: dict[str, tuple[str, int | tuple[str, ...]]] = {
 # the options each method reads beyond those every server method takes (port, tp, retries, ...)
 METHOD_OPTIONS: dict[str, tuple[str, ...]] = {
     "vanilla": (), "sglang-ngram": tuple(NGRAM_OPTIONS), "eagle3": ("drafter",), "eagle4-chain": ("drafter",),
-    "eagle4-tree": ("drafter", "top_k", "depth"), "dflash": ("drafter",), "dflash2": ("drafter",),
+    "eagle4-tree": ("drafter", "top_k", "depth"), "eagle4-harness": ("drafter",), "dflash": ("drafter",),
+    "dflash2": ("drafter",),
     "dspark": ("drafter", "sps_table", "sts_table")}
 # the server runners' method options (runners/server.py SERVER_OPTIONS) that no SGLang method reads, and why
 NOT_ON_SGLANG = {
@@ -84,9 +91,8 @@ METHOD_SPECIFIC = frozenset({*NOT_ON_SGLANG, *(k for keys in METHOD_OPTIONS.valu
 REFUSED_METHODS = {
     "ngram": "is prompt lookup, which SGLang does not have; SGLang's NGRAM (a trie over the tokens of every "
              "request the server decoded) runs as --method sglang-ngram",
-    "eagle4-harness": "plans its tree from measured costs, which SGLang's static EAGLE-2 tree cannot follow; "
-                      "run it on the reference engine, or --method eagle4-tree",
 }
+HARNESS = "eagle4-harness"
 # models/dflash.py EntryClass: the DFlash2 architectures (a selector on the DFlash backbone)
 DFLASH2_ARCHITECTURES = frozenset({"DFlash2DraftModel", "DFlash2BeamDraftModel", "MiniMaxDFlash2DraftModel"})
 # speculative/ragged_verify.py: the mode whose budget planner packs each request's verify length
@@ -127,11 +133,14 @@ def option_value(options: dict[str, Any], key: str, default: Any, kind: int | tu
     return int(value)
 
 
-def tree_shape(method: str, budget: int, options: dict[str, Any] | None = None) -> tuple[int, int]:
+def tree_shape(method: str, budget: int, options: dict[str, Any] | None = None,
+               shape: Any = None) -> tuple[int, int]:
     """(topk, num_steps) of the EAGLE draft for a method at budget L; a tree too small to hold L-1 candidates
-    is refused (SGLang would fail its first step)."""
+    is refused (SGLang would fail its first step). eagle4-harness takes them from its compiled `shape`."""
     options = options or {}
     n = budget - 1
+    if method == HARNESS:
+        return harness_shape(shape)[:2]
     if method != "eagle4-tree":
         return 1, n
     topk = option_value(options, "top_k", min(8, n), 1)
@@ -141,6 +150,21 @@ def tree_shape(method: str, budget: int, options: dict[str, Any] | None = None) 
                              f"{topk + (steps - 1) * topk * topk} candidates, fewer than the {n} drafts "
                              f"--budget {budget} verifies")
     return topk, steps
+
+
+def harness_shape(shape: Any) -> tuple[int, int, int]:
+    """(topk, num_steps, num_draft_tokens) of eagle4-harness's compiled shape (`harness_policy.TreeShape`); without
+    one (no cost table for the server) a one-line refusal naming the command that makes one."""
+    if shape is None:
+        raise SpecbenchError(f"--method {HARNESS} on SGLang launches with a shape compiled from the server's cost "
+                             "table: run `specbench calibrate --engine sglang --target T --drafter D` first")
+    return shape.topk, shape.num_steps, shape.num_draft_tokens
+
+
+def draft_tokens(method: str, budget: int, shape: Any = None) -> int:
+    """--speculative-num-draft-tokens of a method at budget L: L itself (the root counted), or the harness's
+    compiled num_draft_tokens (<= L)."""
+    return harness_shape(shape)[2] if method == HARNESS else budget
 
 
 def ngram_values(options: dict[str, Any]) -> dict[str, Any]:
@@ -178,8 +202,9 @@ def check_drafter(method: str, drafter: str) -> None:
 
 
 def spec_args(method: str, budget: int, drafter: str | None = None, options: dict[str, Any] | None = None,
-              ) -> list[str]:
-    """SGLang's speculative flags for a specbench method at budget L (empty for vanilla)."""
+              shape: Any = None) -> list[str]:
+    """SGLang's speculative flags for a specbench method at budget L (empty for vanilla); eagle4-harness takes its
+    compiled `shape` (`harness_policy.TreeShape`)."""
     options = options or {}
     check_method(method)
     algorithm = METHOD_ALGORITHM[method]
@@ -195,9 +220,9 @@ def spec_args(method: str, budget: int, drafter: str | None = None, options: dic
     check_drafter(method, str(drafter))
     args = ["--speculative-algorithm", algorithm, "--speculative-draft-model-path", str(drafter)]
     if algorithm == "EAGLE3":
-        topk, steps = tree_shape(method, budget, options)
+        topk, steps = tree_shape(method, budget, options, shape)
         return args + ["--speculative-num-steps", str(steps), "--speculative-eagle-topk", str(topk),
-                       "--speculative-num-draft-tokens", L]
+                       "--speculative-num-draft-tokens", str(draft_tokens(method, budget, shape))]
     if algorithm == "DFLASH":
         return args + ["--speculative-dflash-block-size", L, "--speculative-num-draft-tokens", L]
     if not options.get("sps_table"):
@@ -219,9 +244,11 @@ def spec_env(method: str) -> dict[str, str]:
 def launch_command(target: str, method: str, budget: int, *, tp: int = 1, drafter: str | None = None,
                    host: str = "127.0.0.1", port: int = 30000, dtype: str = "auto",
                    max_model_len: int | None = None, python: str = "python",
-                   extra: list[str] | tuple[str, ...] = (), options: dict[str, Any] | None = None) -> list[str]:
-    """The SGLang server command for one method (argv list; `runners.server.shell_join` prints it)."""
-    spec = spec_args(method, budget, drafter, options)
+                   extra: list[str] | tuple[str, ...] = (), options: dict[str, Any] | None = None,
+                   shape: Any = None) -> list[str]:
+    """The SGLang server command for one method (argv list; `runners.server.shell_join` prints it); `shape` is
+    eagle4-harness's compiled tree shape."""
+    spec = spec_args(method, budget, drafter, options, shape)
     env = [f"{k}={v}" for k, v in spec_env(method).items()]
     cmd = (["env", *env] if env else []) + [
         python, "-m", MODULE, "--model-path", str(target), "--host", host, "--port", str(port),
@@ -249,9 +276,10 @@ def facts_from_info(info: dict[str, Any] | None, source: str | None) -> dict[str
             "speculative": speculative}
 
 
-def facts_mismatch(facts: dict[str, Any], method: str, budget: int, options: dict[str, Any]) -> str | None:
+def facts_mismatch(facts: dict[str, Any], method: str, budget: int, options: dict[str, Any],
+                   shape: Any = None) -> str | None:
     """What a server's facts contradict of this run (--method, --budget, the options that shape the draft,
-    --option tp), in words, or None when they agree or the server does not say."""
+    --option tp, eagle4-harness's compiled `shape`), in words, or None when they agree or the server does not say."""
     spec = facts["speculative"]
     want, have = METHOD_ALGORITHM.get(method), spec["algorithm"]
     tp = facts["tensor_parallel_size"]
@@ -263,13 +291,14 @@ def facts_mismatch(facts: dict[str, Any], method: str, budget: int, options: dic
         return f"runs no speculative decoding, but this run is --method {method} --budget {budget}"
     if have and str(have).upper() != want:
         return f"runs speculative algorithm {have}, but --method {method} is SGLang's {want}"
-    width = spec["num_draft_tokens"]
-    if str(width).isdigit() and int(width) != budget:
+    width, wanted = spec["num_draft_tokens"], draft_tokens(method, budget, shape)
+    if str(width).isdigit() and int(width) != wanted:
         return (f"verifies {width} tokens per step (speculative_num_draft_tokens), "
-                f"but this run has --budget {budget}")
+                f"but this run has --budget {budget}"
+                + (f" compiled to {wanted} (its cost table's shape)" if method == HARNESS else ""))
     expected: dict[str, Any] = {}
     if want == "EAGLE3":
-        expected["eagle_topk"], expected["num_steps"] = tree_shape(method, budget, options)
+        expected["eagle_topk"], expected["num_steps"] = tree_shape(method, budget, options, shape)
     if want == "NGRAM":
         expected.update({f"ngram_{k}": v for k, v in ngram_values(options).items()})
     for name, value in expected.items():

@@ -79,7 +79,6 @@ gives the exact mean entropy (`metrics.specbench.mean_entropy` from `specbench s
 from __future__ import annotations
 
 import json
-import shlex
 import time
 from typing import Any
 
@@ -253,23 +252,12 @@ class VllmRunner(ServerRunner):
         once; a server with no calibrated table is refused in one line naming the command that makes one. Only
         here does a vLLM run load the planner (torch-free modules of reference_eagle4)."""
         from specbench.runners.harness_policy import chain_policy
-        from specbench.runners.server_calibrate import find_server_table, server_key
+        from specbench.runners.server_calibrate import harness_table
 
-        drafter = options.get("drafter")
-        if not drafter:
-            raise SpecbenchError(f"--method {HARNESS} on vLLM needs the draft checkpoint: --option drafter=PATH")
         memo = (budget, json.dumps(options, sort_keys=True, default=str))
         if memo not in self._plans:
-            key = server_key(self, options, str(drafter))
-            found = find_server_table(key)
-            if found is None:
-                same = "".join(f" --option {k}={shlex.quote(str(options[k]))}"
-                               for k in ("server_python", "server_args", "device") if options.get(k))
-                raise SpecbenchError(
-                    f"--method {HARNESS}: no cost table for this server (vllm {key['version']}, {key['device']}, tp "
-                    f"{key['tp']}, {key['dtype']}); run `specbench calibrate --engine vllm --target "
-                    f"{self.target_spec} --drafter {drafter} --dtype {key['dtype']} --tp {key['tp']}{same}` first")
-            self._plans[memo] = (chain_policy(found[0], budget), *found)
+            table, path = harness_table(self, options, HARNESS)
+            self._plans[memo] = (chain_policy(table, budget), table, path)
         return self._plans[memo]
 
     def method_config(self, settings: Settings) -> dict[str, Any]:

@@ -69,8 +69,8 @@ def _ints(flag: str, text: str) -> tuple[int, ...]:
 def calibrate(
     target: str = typer.Option("smollm2-135m", help=TARGET_HELP + " Server engines: also a Hub id."),
     dtype: str = typer.Option("auto", help="auto, float32 or bfloat16: time what runs will use."),
-    engine: str = typer.Option("reference", help="reference (this process's engine), or vllm: launch (or attach "
-                               "to) a server at each K and time its steps (runners/server_calibrate.py)."),
+    engine: str = typer.Option("reference", help="reference (this process's engine), or vllm or sglang: launch (or "
+                               "attach to) a server at each K and time its steps (runners/server_calibrate.py)."),
     threads: Optional[int] = typer.Option(None, min=1, help=THREADS_HELP),
     device: str = typer.Option("auto", help=DEVICE_HELP),
     # the grid of reference_eagle4.calibration's DEFAULT_* (kept literal here: --help imports no torch)
@@ -96,11 +96,14 @@ def calibrate(
     endpoint: Optional[str] = typer.Option(None, help="Server engines: a running server (only its K is timed)."),
     option: list[str] = typer.Option([], "--option", help="Server engines: server options as in `run` "
                                      "(server_python=PATH, max_model_len=N, server_args=..., device=...)."),
-    budget: int = typer.Option(16, min=2, help="Server engines: the budget L whose compiled schedule is printed."),
+    budget: int = typer.Option(16, min=2, help="Server engines: the budget L whose compiled schedule (vllm) or tree "
+                               "shapes (sglang) are printed."),
 ) -> None:
     """Time the target's verification step over (batch, context, tokens) on this device: the cost table the
-    harness plans its trees with. With --engine vllm, time a server's steps and acceptance instead: the table
-    `--engine vllm --method eagle4-harness` compiles its batch size -> K schedule from.
+    harness plans its trees with. With --engine vllm or sglang, time a server's steps and acceptance instead: the
+    table `--engine vllm --method eagle4-harness` compiles its batch size -> K schedule from, and `--engine sglang
+    --method eagle4-harness` its tree shape at the run's concurrency (SGLang servers at K drafts: topk 1,
+    num_steps K, num_draft_tokens K + 1; acceptance by depth from each request's meta_info histogram).
 
     The harness reads the table matching this device, dtype and thread count; without one it calibrates a
     small grid in-process and says so. Takes a few minutes on a 2-core CPU.
@@ -117,7 +120,7 @@ def calibrate(
     server_only = [flag for flag, given in (("--endpoint", endpoint), ("--option", option), ("--tp", tp != 1))
                    if given]
     if server_only:
-        raise SpecbenchError(f"{server_only[0]} is for server engines (--engine vllm)")
+        raise SpecbenchError(f"{server_only[0]} is for server engines (--engine vllm or sglang)")
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from reference_eagle4.calibration import calibrate as measure, device_key, find_table, grid_points, slug, table_dir
@@ -147,15 +150,15 @@ def calibrate(
 def _calibrate_server(engine: str, target: str, dtype: str, drafter: str | None, tp: int, endpoint: str | None,
                       ks: tuple[int, ...], max_batch: int, prompts: int, max_new_tokens: int, repeats: int,
                       option: list[str], if_missing: bool, budget: int) -> None:
-    """`calibrate --engine vllm`: the server's table (measured, or kept with --if-missing), its step costs and
-    the schedule the harness compiles from it at C = 1 and C = max_batch."""
+    """`calibrate --engine vllm|sglang`: the server's table (measured, or kept with --if-missing), its step costs
+    and what the harness compiles from it at C = 1 and C = max_batch (vLLM's K schedule, SGLang's tree shape)."""
     from specbench.run_cli import parse_options
     from specbench.runners import runner_class
-    from specbench.runners.harness_policy import chain_policy
+    from specbench.runners.harness_policy import chain_policy, sglang_policy
     from specbench.runners.server_calibrate import Grid, calibrate_server
 
-    if engine != "vllm":
-        raise SpecbenchError(f"--engine {engine}: calibrate times the reference engine or a vllm server")
+    if engine not in ("vllm", "sglang"):
+        raise SpecbenchError(f"--engine {engine}: calibrate times the reference engine or a vllm or sglang server")
     if not drafter or drafter == "none":
         raise SpecbenchError("--drafter: the server's EAGLE-3 checkpoint (e.g. `specbench export-eagle3 "
                              "reference_eagle4/drafters/smollm2-135m-eagle4 --out runs/eagle3-export`)")
@@ -171,9 +174,15 @@ def _calibrate_server(engine: str, target: str, dtype: str, drafter: str | None,
     policy = chain_policy(table, budget)
     console.print("acceptance by depth: " + " ".join(f"{r:.2f}" for r in policy.reach))
     for c in sorted({1, max(table.batches)}):
-        console.print(f"compiled at L={budget}, C={c}: K={policy.k_at(c)} "
-                      f"({policy.speeds[c - 1]:.3f} expected tokens/ms)")
-    console.print(f"num_speculative_tokens_per_batch_size: {policy.schedule}")
+        if engine == "sglang":
+            shape = sglang_policy(table, budget, c)[0]
+            console.print(f"compiled at L={budget}, C={c}: num_steps {shape.num_steps}, topk {shape.topk}, "
+                          f"num_draft_tokens {shape.num_draft_tokens} ({shape.speed:.3f} expected tokens/ms)")
+        else:
+            console.print(f"compiled at L={budget}, C={c}: K={policy.k_at(c)} "
+                          f"({policy.speeds[c - 1]:.3f} expected tokens/ms)")
+    if engine == "vllm":
+        console.print(f"num_speculative_tokens_per_batch_size: {policy.schedule}")
 
 
 def _drafter_step(runner: Any, drafter: str | None) -> Callable[[int, int], Callable[[], Any]] | None:

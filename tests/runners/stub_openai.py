@@ -16,8 +16,13 @@ takes the next action of its plan (the last action repeats):
     exit        answer ok, then go away: the process exits (as a script) or the server stops (in a thread)
 
 `models_status` / `info_status` make /v1/models and /get_server_info answer that status instead ("text" for a
-200 that is not JSON). Runs in a thread (`StubServer(...).start()`) or as a process: `python stub_openai.py
---port N --plan 500,ok` (what a monkeypatched launch command starts in place of vLLM).
+200 that is not JSON). As a speculating SGLang server: `sglang_info` is what GET /server_info answers (SGLang
+0.5.23's resolved ServerArgs plus "version"; without it that route is 404), and `sglang_hist` an acceptance
+histogram (index j: verify steps that accepted j drafts) that every /generate's final meta_info carries as
+`spec_correct_drafts_histogram`, with `spec_verify_ct` its sum and `spec_num_correct_drafts` its weighted sum, as
+SGLang's tokenizer_manager.py `_calculate_spec_decoding_metrics` sends them. Runs in a thread
+(`StubServer(...).start()`) or as a process: `python stub_openai.py --port N --plan 500,ok` (what a
+monkeypatched launch command starts in place of vLLM).
 """
 
 from __future__ import annotations
@@ -78,6 +83,8 @@ class Handler(BaseHTTPRequestHandler):
             self._json(200, {})
         elif self.path == "/v1/models":
             self._status_or(s.models_status, {"object": "list", "data": [{"id": "stub-model", "object": "model"}]})
+        elif self.path == "/server_info" and s.sglang_info is not None:
+            self._json(200, s.sglang_info)
         elif self.path == "/get_server_info":
             self._status_or(s.info_status, {"speculative_num_draft_tokens": 4})
         elif self.path == "/metrics":
@@ -122,7 +129,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._drop()
         sglang = self.path == "/generate"
         n = body["sampling_params"]["max_new_tokens"] if sglang else body["max_tokens"]
-        events = self._sglang_events(n) if sglang else self._vllm_events(n)
+        events = self._sglang_events(n, s.sglang_hist) if sglang else self._vllm_events(n)
         self._start_stream()
         if action == "stall":
             return self._hang()
@@ -159,21 +166,30 @@ class Handler(BaseHTTPRequestHandler):
                        "usage": {"prompt_tokens": len(PROMPT_IDS), "completion_tokens": n}})
         return events
 
-    def _sglang_events(self, n: int) -> list[dict[str, Any]]:
+    def _sglang_events(self, n: int, hist: list[int] | None = None) -> list[dict[str, Any]]:
         out = [100 + i for i in range(n)]
-        return [{"output_ids": out[: i + 1], "meta_info": {"completion_tokens": i + 1, "finish_reason": None}}
-                for i in range(n)]
+        events = [{"output_ids": out[: i + 1], "meta_info": {"completion_tokens": i + 1, "finish_reason": None}}
+                  for i in range(n)]
+        if hist and events:
+            events[-1]["meta_info"].update(
+                finish_reason={"type": "length", "length": n}, spec_verify_ct=sum(hist),
+                spec_num_correct_drafts=sum(j * c for j, c in enumerate(hist)),
+                spec_correct_drafts_histogram=list(hist))
+        return events
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, port: int, plan: list[str], models_status: Any = 200, info_status: Any = 200,
-                 in_process: bool = True):
+                 in_process: bool = True, sglang_info: dict[str, Any] | None = None,
+                 sglang_hist: list[int] | None = None):
         super().__init__(("127.0.0.1", port), Handler)
         self.plan = list(plan)
         self.models_status = models_status
         self.info_status = info_status
+        self.sglang_info = sglang_info
+        self.sglang_hist = sglang_hist
         self.in_process = in_process
         self.release = threading.Event()        # set at shutdown: hanging handlers return
         self.gone = False
@@ -206,8 +222,10 @@ class StubServer:
     """The stub in a background thread on 127.0.0.1 (port 0: any free port)."""
 
     def __init__(self, plan: str | list[str] = "ok", port: int = 0, models_status: Any = 200,
-                 info_status: Any = 200):
-        self.httpd = _Server(port, plan.split(",") if isinstance(plan, str) else plan, models_status, info_status)
+                 info_status: Any = 200, sglang_info: dict[str, Any] | None = None,
+                 sglang_hist: list[int] | None = None):
+        self.httpd = _Server(port, plan.split(",") if isinstance(plan, str) else plan, models_status, info_status,
+                             sglang_info=sglang_info, sglang_hist=sglang_hist)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property
@@ -217,6 +235,11 @@ class StubServer:
     @property
     def actions(self) -> list[str]:
         return self.httpd.actions
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """The bodies of every chat or generate POST, in arrival order."""
+        return self.httpd.requests
 
     def start(self) -> "StubServer":
         self.thread.start()

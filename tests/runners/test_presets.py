@@ -129,17 +129,44 @@ def test_the_harness_preset_prints_one_script_to_calibrate_serve_run_and_compare
         assert "tp=4" in argv
 
 
+def test_the_sglang_harness_preset_calibrates_and_serves_one_shape_per_concurrency_at_tp4(tmp_path):
+    res = cli.invoke(app, ["engines", "preset", "b300-tp4", "--engine", "sglang", "--method", "eagle4-harness"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    script = tmp_path / "seed.sh"
+    script.write_text(res.output)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    commands = [shlex.split(line.split(" > ")[0]) for line in lines if line.startswith("specbench")]
+    calibrate, *serves = [c for c in commands if c[1] in ("calibrate", "engines")]
+    assert calibrate[:4] == ["specbench", "calibrate", "--engine", "sglang"] and "--if-missing" in calibrate
+    assert calibrate[calibrate.index("--tp") + 1] == "4"
+    # the tree shape depends on the expected concurrency: one serve command (and file) per concurrency
+    assert [s[s.index("--concurrency") + 1] for s in serves] == ["1", "8"]
+    assert all("--serve" in s and s[s.index("--engine") + 1] == "sglang" for s in serves)
+    run = next(c for c in commands if c[1] == "run")
+    assert run[run.index("--method") + 1] == "eagle4-harness" and "tp=4" in run
+    # SGLang's DSpark needs its profiled SPS table, which the script asks for
+    compare = next(c for c in commands if c[1] == "compare")
+    assert "dspark:drafter=$DSPARK:sps_table=$SPS_TABLE" in compare[compare.index("--methods") + 1]
+    assert "SPS_TABLE:?" in res.output and "tp=4" in compare
+
+
 def test_the_harness_preset_refuses_what_it_cannot_print():
     from specbench.runners.presets import harness_script
 
-    with pytest.raises(SpecbenchError, match="runs on --engine vllm"):
-        harness_script("b300-tp4", "sglang")
+    with pytest.raises(SpecbenchError, match="--engine must be vllm or sglang"):
+        harness_script("b300-tp4", "tgi")
+    with pytest.raises(SpecbenchError, match="--concurrency is for --engine sglang"):
+        cli.invoke(app, ["engines", "preset", "b300-tp4", "--engine", "vllm", "--method", "eagle4-harness", "--serve",
+                         "--concurrency", "8"], catch_exceptions=False)
     with pytest.raises(SpecbenchError, match="--serve is for --method eagle4-harness"):
         cli.invoke(app, ["engines", "preset", "b300-tp4", "--engine", "vllm", "--method", "eagle3", "--serve"],
                    catch_exceptions=False)
 
 
-def test_the_harness_serve_command_is_compiled_from_the_nodes_table(tmp_path, monkeypatch):
+def calibrate_node(tmp_path, monkeypatch, engine: str, version: str) -> None:
+    """A node whose server Python says `version`: its serve command is refused naming the calibrate command until
+    the synthetic server table (K = 9 alone, K = 1 at batch 8) is saved under its key (TP 4, bfloat16)."""
     from specbench.runners import server_calibrate
     from specbench.runners.hardware import server_hardware
     from specbench.runners.presets import harness_serve_command
@@ -147,13 +174,29 @@ def test_the_harness_serve_command_is_compiled_from_the_nodes_table(tmp_path, mo
     from test_harness_policy import server_table
 
     monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path))
-    monkeypatch.setattr(server_calibrate, "engine_version", lambda python, engine="vllm": "0.33.0")
-    with pytest.raises(SpecbenchError, match="no cost table"):
-        harness_serve_command("b300-tp4", "vllm", 16, "org/target", "/ckpt/e3")
-    key = table_key("vllm", "0.33.0", server_hardware(None)["device"], 4, "org/target", "/ckpt/e3", "bfloat16")
-    table = server_table()
-    table.save(table_path(key))
+    monkeypatch.setattr(server_calibrate, "engine_version", lambda python, engine="vllm": version)
+    with pytest.raises(SpecbenchError, match=f"no cost table .*specbench calibrate --engine {engine}"):
+        harness_serve_command("b300-tp4", engine, 16, "org/target", "/ckpt/e3")
+    key = table_key(engine, version, server_hardware(None)["device"], 4, "org/target", "/ckpt/e3", "bfloat16")
+    server_table().save(table_path(key))
+
+
+def test_the_harness_serve_command_is_compiled_from_the_nodes_table(tmp_path, monkeypatch):
+    from specbench.runners.presets import harness_serve_command
+
+    calibrate_node(tmp_path, monkeypatch, "vllm", "0.33.0")
     argv = shlex.split(harness_serve_command("b300-tp4", "vllm", 16, "org/target", "/ckpt/e3"))
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
     assert spec["num_speculative_tokens_per_batch_size"][0] == [1, 1, 9] and spec["num_speculative_tokens"] == 9
     assert argv[argv.index("--tensor-parallel-size") + 1] == "4" and argv[argv.index("--port") + 1] == "8000"
+
+
+def test_the_sglang_harness_serve_command_is_the_shape_for_its_concurrency(tmp_path, monkeypatch):
+    from specbench.runners.presets import harness_serve_command
+
+    calibrate_node(tmp_path, monkeypatch, "sglang", "0.5.23")
+    flags = ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens")
+    for c, shape in ((1, ["9", "1", "10"]), (8, ["1", "1", "2"])):
+        argv = shlex.split(harness_serve_command("b300-tp4", "sglang", 16, "org/target", "/ckpt/e3", c))
+        assert [argv[argv.index(f) + 1] for f in flags] == shape
+        assert argv[argv.index("--tensor-parallel-size") + 1] == "4" and argv[argv.index("--port") + 1] == "30000"

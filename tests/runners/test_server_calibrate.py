@@ -8,7 +8,8 @@ import pytest
 from specbench.errors import SpecbenchError
 from specbench.runners.server import ServerRequest
 from specbench.runners.server_calibrate import (
-    Grid, build_table, calibrate, calibrate_server, find_server_table, reach_by_depth, step_ms, table_key, table_path,
+    Grid, build_table, calibrate, calibrate_server, find_server_table, measure_k, reach_by_depth, step_ms, table_key,
+    table_path,
 )
 
 # the chance the accepted path reaches depth d = 1..15, whatever K the server drafts
@@ -63,6 +64,21 @@ def test_acceptance_by_depth_pools_every_k_that_drafts_the_depth():
                   "3": {"acceptance": {"num_drafts": 300, "accepted_per_pos": [210, 120, 60]}}}}
     # depth 1: (90 + 210) / 400; depths 2 and 3 only from K = 3
     assert reach_by_depth(raw) == pytest.approx([0.75, 0.4, 0.2])
+
+
+def test_sglangs_histograms_give_the_steps_and_the_depths_they_reached():
+    from specbench.runners.server_calibrate import drafting_counts
+
+    # summed meta_info of a K = 3 block: 10 verify steps, 4 accepted nothing, 6 one draft, none two or three
+    # (SGLang's histogram grows only to the most drafts a step accepted)
+    counters = {"verify_steps": 10, "accept_histogram": [4, 6], "accepted_drafts": 6}
+    assert drafting_counts(counters) == (10, [6.0])
+    probe = FakeProbe()
+    probe.block = lambda *args: ([{"ttft_s": 0.1, "latency_s": 1.1, "prompt_token_ids": PROMPT, "status": "ok"}],
+                                 counters)
+    raw = {"ks": {"3": measure_k(probe, 3, requests(1), Grid(ks=(3,), max_batch=1, repeats=1), lambda _: None)}}
+    assert reach_by_depth(raw) == pytest.approx([0.6, 0.0, 0.0])
+    assert raw["ks"]["3"]["step_ms"]["1"] == [pytest.approx(100.0)]       # 1 s over 10 steps
 
 
 def test_calibrate_times_every_k_and_batch_size_and_keeps_the_raw_samples():

@@ -1,7 +1,8 @@
 """Every SGLang launch command specbench builds, fed through SGLang 0.5.23's own argument parser and speculative
 checks (tests/runners/sglang_args_check.py, run with the Python of a venv that has sglang): every method at every
-budget L in 2..16 with tensor parallel 1 and 4 must be accepted and resolve to budget L, and a misspelled flag or
-an invalid speculative config must be refused. `make test-sglang-args` builds the venv (/tmp/sglang-venv) and runs
+budget L in 2..16 with tensor parallel 1 and 4 must be accepted and resolve to budget L (eagle4-harness: to the
+tree shape compiled from a cost table, at concurrency 1 and 8), and a misspelled flag or an invalid speculative
+config must be refused. `make test-sglang-args` builds the venv (/tmp/sglang-venv) and runs
 this file; without it (or with SGLANG_PYTHON pointing at no usable one) the tests skip and say why.
 
 The drafters are config-only folders in the published layouts (EAGLE-3, DFlash, DFlash2, DSpark): SGLang's checks
@@ -18,7 +19,8 @@ from typing import Any
 import pytest
 
 from specbench.runners.sglang import METHODS, launch_command, tree_shape
-from specbench.runners.sglang_launch import ENGINE_VERSION, METHOD_ALGORITHM
+from specbench.runners.harness_policy import sglang_policy, sglang_shape
+from specbench.runners.sglang_launch import ENGINE_VERSION, HARNESS, METHOD_ALGORITHM
 
 SGLANG_PYTHON = Path(os.environ.get("SGLANG_PYTHON", "/tmp/sglang-venv/bin/python"))
 CHECKER = Path(__file__).with_name("sglang_args_check.py")
@@ -41,8 +43,8 @@ CONFIGS = {
                "dflash_config": {**DFLASH["dflash_config"], "block_size": 7, "markov_rank": 8,
                                  "markov_head_type": "vanilla"}},
 }
-DRAFTER = {"eagle3": "eagle3", "eagle4-chain": "eagle3", "eagle4-tree": "eagle3", "dflash": "dflash",
-           "dflash2": "dflash2", "dspark": "dspark"}
+DRAFTER = {"eagle3": "eagle3", "eagle4-chain": "eagle3", "eagle4-tree": "eagle3", "eagle4-harness": "eagle3",
+           "dflash": "dflash", "dflash2": "dflash2", "dspark": "dspark"}
 
 
 @pytest.fixture(scope="module")
@@ -77,11 +79,11 @@ def checkpoints(tmp_path_factory) -> dict[str, str]:
     return {name: str(root / name) for name in CONFIGS} | {"sps": str(root / "dspark_sps.json")}
 
 
-def command(method: str, budget: int, tp: int, ck: dict[str, str]) -> dict[str, Any]:
+def command(method: str, budget: int, tp: int, ck: dict[str, str], shape: Any = None) -> dict[str, Any]:
     """The launch command as the checker takes it: argv after any leading `env K=V`, and that environment."""
     drafter = ck[DRAFTER[method]] if method in DRAFTER else None
     argv = launch_command(ck["target"], method, budget, tp=tp, drafter=drafter,
-                          options={"sps_table": ck["sps"]} if method == "dspark" else {})
+                          options={"sps_table": ck["sps"]} if method == "dspark" else {}, shape=shape)
     env = {}
     if argv[0] == "env":
         while "=" in argv[1]:
@@ -92,7 +94,8 @@ def command(method: str, budget: int, tp: int, ck: dict[str, str]) -> dict[str, 
 
 
 def test_every_method_budget_and_tp_passes_sglangs_own_checks(sglang, checkpoints):
-    cases = [(m, L, tp) for m in METHODS for L in ([1] if m == "vanilla" else BUDGETS) for tp in TPS]
+    """Every method with a fixed shape (eagle4-harness's comes from a cost table: the next test)."""
+    cases = [(m, L, tp) for m in METHODS if m != HARNESS for L in ([1] if m == "vanilla" else BUDGETS) for tp in TPS]
     results = sglang([command(m, L, tp, checkpoints) for m, L, tp in cases])
     refused = [f"{m} L={L} tp={tp}: {r['error']}" for (m, L, tp), r in zip(cases, results) if not r["ok"]]
     assert not refused, "\n".join(refused[:10])
@@ -110,6 +113,32 @@ def test_every_method_budget_and_tp_passes_sglangs_own_checks(sglang, checkpoint
             assert got["speculative_dspark_block_size"] == budget - 1
             assert got["speculative_dspark_sps_table_path"] == checkpoints["sps"]
             assert got["ragged_verify_mode"] == "compact"
+
+
+def harness_shapes() -> list[tuple[int, int, Any]]:
+    """(L, tp, shape): what eagle4-harness launches from a chain calibration (`sglang_policy`: a chain, K per
+    concurrency) at every budget, concurrency 1 and 8, and the trees the planner picks where acceptance by rank is
+    known (topk > 1, num_draft_tokens below steps * topk)."""
+    from test_harness_policy import ACCEPT, server_table, tree_table
+
+    chain = server_table()
+    shapes = [(L, tp, sglang_policy(chain, L, c)[0]) for L in BUDGETS for c in (1, 8) for tp in TPS]
+    trees = [(L, 1, sglang_shape(tree_table(1.0), L, c, ACCEPT)) for L in (8, 16) for c in (1, 8)]
+    assert {s.topk for _, _, s in shapes} == {1} and max(s.topk for _, _, s in trees) > 1
+    return shapes + trees
+
+
+def test_the_harness_shapes_pass_sglangs_own_checks_and_resolve_to_themselves(sglang, checkpoints):
+    cases = harness_shapes()
+    results = sglang([command(HARNESS, L, tp, checkpoints, shape) for L, tp, shape in cases])
+    refused = [f"L={L} tp={tp} {shape}: {r['error']}" for (L, tp, shape), r in zip(cases, results) if not r["ok"]]
+    assert not refused, "\n".join(refused[:10])
+    for (budget, tp, shape), r in zip(cases, results):
+        got = r["resolved"]
+        assert got["tp_size"] == tp and got["speculative_algorithm"] == "EAGLE3"
+        assert (got["speculative_num_steps"], got["speculative_eagle_topk"], got["speculative_num_draft_tokens"]) == \
+            (shape.num_steps, shape.topk, shape.num_draft_tokens), (budget, shape, got)
+        assert got["speculative_num_draft_tokens"] <= budget
 
 
 def with_flag(cmd: dict[str, Any], flag: str, value: str | None) -> dict[str, Any]:

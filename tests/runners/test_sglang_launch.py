@@ -47,12 +47,20 @@ def test_dspark_runs_the_confidence_gated_scheduler_with_its_cost_table():
 
 @pytest.mark.parametrize("method, message", [
     ("ngram", "runs as --method sglang-ngram"),
-    ("eagle4-harness", "run it on the reference engine"),
     ("draft_model", "does not run on SGLang"),
 ])
 def test_methods_sglang_does_not_run_are_one_line(method, message):
     with pytest.raises(SpecbenchError, match=message):
         spec_args(method, 8, "/d")
+
+
+def test_the_harness_launches_its_compiled_shape_and_none_without_one():
+    from specbench.runners.harness_policy import TreeShape
+
+    assert spec_args("eagle4-harness", 16, "/d", shape=TreeShape(3, 4, 12, 1.0))[4:] == [
+        "--speculative-num-steps", "3", "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "12"]
+    with pytest.raises(SpecbenchError, match="run `specbench calibrate --engine sglang --target T --drafter D` first"):
+        spec_args("eagle4-harness", 16, "/d")
 
 
 def test_sglang_ngram_maps_its_own_knobs_and_refuses_prompt_lookup_ones():

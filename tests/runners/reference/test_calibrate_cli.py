@@ -47,7 +47,7 @@ def test_the_command_line_grid_is_the_library_default():
     (["--engine", "vllm", "--drafter", "/ckpt/e3", "--ks", "0,3"], "--ks '0,3': values must be at least 1"),
     (["--engine", "vllm", "--drafter", "/ckpt/e3", "--threads", "2"], "--threads is for --engine reference"),
     (["--endpoint", "http://127.0.0.1:8000"], "--endpoint is for server engines"),
-    (["--engine", "sglang", "--drafter", "/ckpt/e3"], "the reference engine or a vllm server"),
+    (["--engine", "tgi", "--drafter", "/ckpt/e3"], "the reference engine or a vllm or sglang server"),
 ])
 def test_server_calibration_flags_are_refused_in_one_line(argv, message):
     from specbench.errors import SpecbenchError
