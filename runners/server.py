@@ -411,19 +411,21 @@ class ServerRunner:
     def method_config(self, settings: Settings) -> dict[str, Any]:
         raise NotImplementedError
 
-    # the engine module's launch_command(target, method, budget, *, tp, drafter, host, port, dtype,
-    # max_model_len, python, extra, options), set by each subclass as a staticmethod
-    build_launch_command: Callable[..., list[str]]
+    def build_launch_command(self, settings: Settings, args: dict[str, Any]) -> list[str]:
+        """The engine module's launch_command(target, method, budget, *, tp, drafter, host, port, dtype,
+        max_model_len, python, extra, options) called with `args`, plus what the engine compiles for `settings`
+        (vLLM: the harness's K schedule; SGLang: its tree shape at the run's concurrency)."""
+        raise NotImplementedError
 
     def launch_command(self, settings: Settings) -> list[str]:
         """The server command for this run's method and options (--option tp, drafter, host, port, ...)."""
         opts = self._options(settings)
         folder = local_target_folder(self.target_spec)
-        return self.build_launch_command(
-            str(folder or self.target_spec), settings.method, settings.budget, tp=int(opts.get("tp", 1)),
-            drafter=opts.get("drafter"), host=str(opts.get("host", "127.0.0.1")),
+        return self.build_launch_command(settings, dict(
+            target=str(folder or self.target_spec), method=settings.method, budget=settings.budget,
+            tp=int(opts.get("tp", 1)), drafter=opts.get("drafter"), host=str(opts.get("host", "127.0.0.1")),
             port=int(opts.get("port") or self._port()), dtype=self.dtype_name, max_model_len=opts.get("max_model_len"),
-            python=python_for(opts), extra=shlex.split(str(opts.get("server_args", ""))), options=opts)
+            python=python_for(opts), extra=shlex.split(str(opts.get("server_args", ""))), options=opts))
 
     def _port(self) -> int:
         """One free port for every server this runner launches, so variants with the same launch command share

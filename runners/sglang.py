@@ -147,21 +147,10 @@ class SglangRunner(ServerRunner):
         super().__init__(target, dtype, endpoint)
         self._tokenizer: Any = None
         self._plans: dict[tuple[int, int, str], Any] = {}
-        self._launching: Settings | None = None
 
-    def launch_command(self, settings: Settings) -> list[str]:
-        """The server's launch command; eagle4-harness's shape is compiled for this run's concurrency, which the
-        shared `ServerRunner.launch_command` does not pass on, so it is kept here while that builds the command."""
-        self._launching = settings
-        try:
-            return super().launch_command(settings)
-        finally:
-            self._launching = None
-
-    def build_launch_command(self, target: str, method: str, budget: int, **kwargs: Any) -> list[str]:
+    def build_launch_command(self, settings: Settings, args: dict[str, Any]) -> list[str]:
         """`launch_command`, with eagle4-harness's tree shape compiled for the run's concurrency."""
-        shape = self.harness_shape(self._launching) if method == HARNESS and self._launching else None
-        return launch_command(target, method, budget, shape=shape, **kwargs)
+        return launch_command(**args, shape=self.harness_shape(settings))
 
     def harness_plan(self, settings: Settings) -> tuple[Any, list[list[float]], Any, Any]:
         """eagle4-harness's (TreeShape, acceptance by depth and rank, CostTable, table file) at the run's budget and

@@ -242,10 +242,11 @@ class VllmRunner(ServerRunner):
         self._plans: dict[tuple[int, str], Any] = {}
         _need("prometheus_client", self.extra)
 
-    def build_launch_command(self, target: str, method: str, budget: int, **kwargs: Any) -> list[str]:
+    def build_launch_command(self, settings: Settings, args: dict[str, Any]) -> list[str]:
         """`launch_command`, with eagle4-harness's schedule compiled for this server."""
-        schedule = self.harness_plan(budget, kwargs.get("options") or {})[0].schedule if method == HARNESS else None
-        return launch_command(target, method, budget, schedule=schedule, **kwargs)
+        schedule = (self.harness_plan(settings.budget, args["options"])[0].schedule if settings.method == HARNESS
+                    else None)
+        return launch_command(**args, schedule=schedule)
 
     def harness_plan(self, budget: int, options: dict[str, Any]) -> tuple[Any, Any, Any]:
         """eagle4-harness's (ChainPolicy, CostTable, table file) for the server these options describe, compiled
