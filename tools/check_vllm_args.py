@@ -18,7 +18,11 @@ For every method `runners.vllm` maps, every budget L (vanilla once) and every te
 4. `EngineArgs.create_engine_config` builds the whole VllmConfig, except for DSpark and DFlash2, which vLLM runs
    only on its GPU model runner V2 (config/vllm.py), so the CPU platform, on runner V1, refuses them; that
    refusal is printed, any other fails, and the SpeculativeConfig of step 3 is still checked;
-5. a budget beyond a block drafter's trained block is refused by specbench in one line.
+5. a budget beyond a block drafter's trained block is refused by specbench in one line;
+6. a `custom_class` proposer (harness-retrieval) is built as vLLM's model runner builds it,
+   `create_custom_proposer(VllmConfig)` (v1/spec_decode/custom_class_proposer.py), with the command's own
+   environment (`runners.vllm.OWN_ENV`: the PYTHONPATH that reaches the class, its SPECBENCH_RETRIEVAL) and drafts
+   for a batch as vLLM's `propose` call passes it: a list per request, none longer than L - 1.
 
 No weights are needed: the target and the drafters are config-only folders written here in the published
 layouts (target: a Qwen3 config; eagle3 / eagle4-chain: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B; dflash:
@@ -103,7 +107,7 @@ def emit(workdir: Path, methods: list[str] | None, budgets: list[int], tps: list
     """Every (method, budget, tp) command, or specbench's refusal; a block drafter's first budget past its
     block is added as a probe that must be refused."""
     from specbench.errors import SpecbenchError
-    from specbench.runners.vllm import METHODS, launch_command
+    from specbench.runners.vllm import METHODS, OWN_ENV, launch_command
     from specbench.runners.vllm_drafters import block_size, read_config
 
     out = []
@@ -116,7 +120,8 @@ def emit(workdir: Path, methods: list[str] | None, budgets: list[int], tps: list
         for tp in tps:
             for budget, probe in [(1, False)] if method == "vanilla" else [(b, False) for b in budgets] + [
                     (b, True) for b in probes]:
-                entry: dict[str, Any] = {"method": method, "budget": budget, "tp": tp, "probe": probe}
+                entry: dict[str, Any] = {"method": method, "budget": budget, "tp": tp, "probe": probe,
+                                         "own_env": list(OWN_ENV)}
                 # eagle4-harness launches with a compiled batch size -> K schedule (runners.harness_policy)
                 schedule = [[1, 1, budget - 1], [2, 8, 1]] if method == "eagle4-harness" else None
                 try:
@@ -151,11 +156,14 @@ def check_command(entry: dict[str, Any], parser: Any, validate: Any) -> tuple[st
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     argv = list(entry["argv"])
+    own_env: dict[str, str] = {}
     if argv[0] == "env":
         argv.pop(0)
         while "=" in argv[0]:
-            name = argv.pop(0).split("=", 1)[0]
-            if name not in envs.environment_variables:
+            name, value = argv.pop(0).split("=", 1)
+            if name in entry.get("own_env", ()):
+                own_env[name] = value
+            elif name not in envs.environment_variables:
                 return f"env {name}: not a vLLM environment variable", ""
     if argv[1] != "-m" or importlib.util.find_spec(argv[2]) is None:
         return f"{' '.join(argv[:3])}: no such vLLM module", ""
@@ -181,12 +189,43 @@ def check_command(entry: dict[str, Any], parser: Any, validate: Any) -> tuple[st
     if wrong:
         return wrong, ""
     try:
-        AsyncEngineArgs.from_cli_args(args).create_engine_config()
+        config = AsyncEngineArgs.from_cli_args(args).create_engine_config()
     except Exception as exc:
         if entry["method"] in CPU_REFUSES and V1_REFUSAL in str(exc):
             return None, f"engine config not built on this CPU platform ({type(exc).__name__}: {one_line(exc)})"
         return f"vLLM refuses the engine config: {type(exc).__name__}: {one_line(exc)}", ""
+    if spec.method == "custom_class":
+        return check_proposer(config, own_env, entry["budget"] - 1)
     return None, ""
+
+
+def check_proposer(config: Any, own_env: dict[str, str], most: int) -> tuple[str | None, str]:
+    """Build the custom proposer as vLLM's model runner does, under the command's own environment (its PYTHONPATH
+    put on sys.path, as the server's interpreter would), and have it draft for a batch of two requests, one of them
+    repeating itself."""
+    import numpy as np
+    from vllm.v1.spec_decode.custom_class_proposer import create_custom_proposer
+
+    saved_env, saved_path = dict(os.environ), list(sys.path)
+    os.environ.update(own_env)
+    sys.path[:0] = [p for p in own_env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    try:
+        proposer = create_custom_proposer(config)
+        rows = np.zeros((2, 64), dtype=np.int32)
+        rows[0, :12] = [5, 6, 7, 8, 9, 10, 11, 12, 13, 5, 6, 7]        # prompt lookup has a continuation here
+        rows[1, :4] = [20, 21, 22, 23]
+        drafts = proposer.propose([[7], [23]], np.array([12, 4]), rows)
+    except Exception as exc:
+        return f"vLLM cannot build or run the custom proposer: {type(exc).__name__}: {one_line(exc)}", ""
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.path[:] = saved_path
+    if not (isinstance(drafts, list) and len(drafts) == 2 and all(isinstance(d, list) for d in drafts)):
+        return f"the custom proposer answered {drafts!r}, not one draft list per request", ""
+    if not drafts[0] or any(len(d) > most for d in drafts):
+        return f"the custom proposer drafted {drafts!r}: expected a lookup draft of 1..{most} tokens first", ""
+    return None, f"{type(proposer).__name__} built by vLLM and drafting"
 
 
 def intended(entry: dict[str, Any], spec: Any, args: Any) -> str | None:
@@ -209,6 +248,8 @@ def intended(entry: dict[str, Any], spec: Any, args: Any) -> str | None:
         return f"vLLM resolved the batch size -> K schedule as {spec.num_speculative_tokens_per_batch_size}"
     if method == "ngram":
         return None
+    if spec.method == "custom_class":
+        return None if spec.model == asked["model"] else f"vLLM resolved the custom proposer as {spec.model!r}"
     draft = spec.draft_model_config
     archs = list(draft.architectures or [])
     unknown = [a for a in archs if a not in ModelRegistry.get_supported_archs()]

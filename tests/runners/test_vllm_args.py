@@ -38,3 +38,10 @@ def test_a_misspelled_flag_or_config_key_fails(server_args, failure):
     res = check("--budgets", "4", "--tp", "1", "--methods", "ngram", f"--server-args={server_args}")
     assert res.returncode == 1, res.stdout + res.stderr
     assert f"FAIL ngram L=4 tp=1: {failure}" in res.stdout
+
+
+def test_vllm_builds_the_retrieval_proposer_from_its_launch_command_and_it_drafts():
+    res = check("--methods", "harness-retrieval", "--budgets", "2,16", "--tp", "1")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "note: harness-retrieval: RetrievalProposer built by vLLM and drafting" in res.stdout
+    assert "2 launch commands through vLLM's parser and config checks, 0 failed" in res.stdout
