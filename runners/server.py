@@ -86,7 +86,7 @@ from specbench.settings import Job, MethodSpec, Settings
 # Anything else is an error (`ServerRunner.check_options`), never an option a server silently ignored.
 SERVER_OPTIONS = ("drafter", "tp", "port", "max_model_len", "server_args", "server_python", "startup_timeout",
                   "host", "request_extra", "device", "entropy", WARMUP_OPTION, *FAULT_OPTIONS,
-                  "max_n", "min_n", "matches", "top_k", "depth")
+                  "max_n", "min_n", "matches", "top_k", "depth", "token_cost", "datastore")
 OPERATIONAL_OPTIONS = frozenset({"port", "host", "server_python", "startup_timeout", *FAULT_OPTIONS})
 
 

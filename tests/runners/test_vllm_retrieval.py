@@ -17,7 +17,9 @@ from reference_eagle4.vllm_retrieval import SHIPPED_DATASTORE, RetrievalProposer
 from specbench.cli import app
 from specbench.errors import SpecbenchError
 from specbench.records import read_manifest
-from specbench.runners.vllm import RETRIEVAL, RETRIEVAL_CLASS, VllmRunner, facts_mismatch, launch_command
+from specbench.runners.vllm import (
+    RETRIEVAL, RETRIEVAL_CLASS, VllmRunner, facts_mismatch, launch_command, retrieval_config,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 WIDTH = 256                     # token_ids_cpu's columns (vLLM: max_model_len)
@@ -193,3 +195,19 @@ def test_a_run_on_the_stub_server_records_the_method_config(stub_server, tmp_pat
     VllmRunner.check_options([(RETRIEVAL, {"max_n": 2})], {})
     with pytest.raises(SpecbenchError, match="--option drafter: no method of this run reads it"):
         VllmRunner.check_options([(RETRIEVAL, {})], {"drafter": "/x"})
+
+
+@pytest.mark.parametrize("option, message", [
+    ({"token_cost": "cheap"}, r"--option token_cost=cheap: expected a number >= 0"),
+    ({"token_cost": -0.1}, r"--option token_cost=-0.1: expected a number >= 0"),
+    ({"datastore": "/no/such/store"}, r"--option datastore=/no/such/store: not a folder"),
+])
+def test_a_bad_retrieval_option_is_one_line_naming_it(option, message):
+    with pytest.raises(SpecbenchError, match=message):
+        retrieval_config(option)
+
+
+def test_retrieval_options_reach_the_proposer_config(tmp_path):
+    cfg = retrieval_config({"token_cost": "0.15", "datastore": str(tmp_path), "max_n": 2})
+    assert cfg == {"max_n": 2, "token_cost": 0.15, "datastore": str(tmp_path.resolve())}
+    assert retrieval_config({"datastore": "off"})["datastore"] == "off"
