@@ -209,7 +209,7 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train",
     cfg.seed = seed
     if steps is not None:
         cfg.steps = steps
-    if minutes is not None and steps is None:
+    if minutes is not None and steps is None and not cfg.epochs:
         spent = sum(v for k, v in secs.items() if not k.startswith("train")) / 60
         cfg.minutes = max(1.0, minutes - spent - 3.0)
     tgt = load_transformer(folder, torch.float32)
@@ -225,6 +225,8 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train",
         "samples": len(samples), "response_tokens": n_tok, "steps": state["step"], "epochs": state["epoch"],
         "seconds": stage_secs, "wall_minutes": round(sum(stage_secs.values()) / 60, 1),
         "eval": state.get("eval", {}), "eval_start": state.get("eval_start", {}), "train_config": asdict(cfg),
+        "eval_sampled": state.get("eval_sampled", {}), "tokens_read": state.get("tokens", 0),
+        "curve": state.get("curve", []),
         "regen": {
             "max_new_tokens": max_new_tokens, "concurrency": concurrency, "decoding": decoding,
             "dtype": f"{auto_dtype()} (packed)"},
@@ -273,6 +275,12 @@ def _summary(drafter, info: dict[str, Any]) -> tuple[str, str, list[str]]:
                 f"drafter argmax {ev.get('lr_recall_draft', float('nan')):.3f} |"]
         if info.get("eval_start"):
             rows.insert(2, f"| the same, for the drafter it continued from | {accs(info['eval_start'])} |")
+        if info.get("eval_sampled"):
+            rows.insert(2, f"| the same on sampled held-out responses | {accs(info['eval_sampled'])} |")
+        if info.get("curve"):
+            points = "; ".join(f"{p['tokens']} tokens read: held out {p['held_out'].get('acc0', float('nan')):.3f}, "
+                               f"seen {p['seen'].get('acc0', float('nan')):.3f}" for p in info["curve"])
+            rows.append(f"| learning curve in one pass (greedy step-0 agreement) | {points} |")
         return f"EAGLE-4 drafter for {info['target']}", about, rows
     dspark = c.markov_rank > 0
     about = (f"A {'DSpark' if dspark else 'DFlash'} block drafter: {c.num_layers} Llama-shaped layers whose keys and "

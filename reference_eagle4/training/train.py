@@ -44,8 +44,10 @@ class TrainConfig:
     warmup_frac: float = 0.04
     min_lr_ratio: float = 0.1
     accum: int = 1                    # samples per optimizer step
-    steps: int | None = None          # optimizer steps; None = as many as `minutes` allow
+    steps: int | None = None          # optimizer steps; None = `epochs` passes, else as many as `minutes` allow
+    epochs: float | None = None       # passes over the training records (steps = epochs x records / accum)
     minutes: float | None = None
+    curve_tokens: tuple[int, ...] = ()  # evaluate once training has read each of these many response tokens
     seed: int = 0
     ckpt_every_s: float = 180.0
     lowrank_weight: float = 1.0
@@ -323,6 +325,11 @@ def _optimizer(d: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
                              betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
 
 
+def sampled(s: Any) -> bool:
+    """A sampled response ("<pool id>#s<r>" in a `specbench train-data` store); everything else is greedy."""
+    return "#s" in str(s["id"])
+
+
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
@@ -335,6 +342,16 @@ def evaluate(ttt: TTT, samples: list[dict[str, Any]]) -> dict[str, float]:
         ttt.run(s, stats)
     ttt.d.train()
     return {k: round(_mean(v), 4) for k, v in sorted(stats.items())}
+
+
+def curve_point(ttt: TTT, at: int, state: dict[str, Any], held: Sequence[Any], train_set: Sequence[Any],
+                perm: list[int], seen_rows: int = 64) -> dict[str, Any]:
+    """One learning-curve point: agreement on the greedy held-out responses and on greedy training responses
+    this pass has already read (their gap separates too little data from too little capacity)."""
+    seen = [train_set[i] for i in perm[: state["cursor"]]]
+    seen = [s for s in seen if not sampled(s)][:seen_rows]
+    return {"at": at, "tokens": state["tokens"], "step": state["step"], "held_out": evaluate(ttt, held),
+            "seen": evaluate(ttt, seen) if seen else {}, "seen_rows": len(seen)}
 
 
 KINDS = ("eagle4", "dflash", "dspark")
@@ -381,7 +398,12 @@ def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: Train
         train_set = samples
     if not eval_set:                     # nothing held out: report on (part of) the training data
         eval_set = train_set[:16]
-    state = {"step": 0, "epoch": 0, "cursor": 0, "total": cfg.steps, "elapsed": 0.0, "history": []}
+    # decoding is greedy: the headline agreement is on greedy held-out responses, sampled ones beside it
+    eval_sampled = [s for s in eval_set if sampled(s)]
+    eval_set = [s for s in eval_set if not sampled(s)] or eval_set
+    total = cfg.steps or (math.ceil(cfg.epochs * len(train_set) / cfg.accum) if cfg.epochs else None)
+    state = {"step": 0, "epoch": 0, "cursor": 0, "total": total, "elapsed": 0.0, "history": [], "tokens": 0,
+             "curve": []}
     if resume and ckpt_path.exists():
         ck = torch.load(ckpt_path, weights_only=False)
         d.load_state_dict(ck["drafter"])
@@ -443,12 +465,17 @@ def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: Train
                     perm = order(state["epoch"])
                 s = train_set[perm[state["cursor"]]]
                 state["cursor"] += 1
+                state["tokens"] = state.get("tokens", 0) + len(s["tokens"]) - s["prompt_len"]
                 loss = ttt.run(s, window) / cfg.accum
                 loss.backward()
             torch.nn.utils.clip_grad_norm_(d.parameters(), 1.0)
             opt.step()
             state["step"] += 1
             state["elapsed"] = time.time() - t_start
+            for at in cfg.curve_tokens:
+                if state.get("tokens", 0) >= at and all(p["at"] != at for p in state.setdefault("curve", [])):
+                    state["curve"].append(curve_point(ttt, at, state, eval_set, train_set, perm))
+                    log(f"train: curve {json.dumps(state['curve'][-1])}")
             if total is None and state["step"] == start_step + 8:
                 # fix the schedule from the measured speed (steps 3..8: past the first-call warm-up)
                 per = (time.time() - t_mark) / 6
@@ -476,6 +503,8 @@ def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: Train
     save()
     metrics = evaluate(ttt, eval_set)
     state["eval"] = metrics
+    if eval_sampled:
+        state["eval_sampled"] = evaluate(ttt, eval_sampled)
     save()
     log(f"train: done at step {state['step']} ({state['elapsed']:.0f} s); eval {json.dumps(metrics)}")
     d.eval().requires_grad_(False)

@@ -68,6 +68,16 @@ def _temperatures(text: str) -> tuple[float, ...]:
     return temps
 
 
+def _token_counts(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(sorted(int(t) for t in text.split(",") if t.strip()))
+    except ValueError:
+        raise SpecbenchError(f"--curve {text!r}: comma-separated token counts, e.g. 120000,500000") from None
+    if any(c <= 0 for c in counts):
+        raise SpecbenchError(f"--curve {text!r}: token counts must be positive")
+    return counts
+
+
 def _target(target: str) -> Path:
     from reference_eagle4.weights import WeightsError, resolve_target
 
@@ -167,6 +177,11 @@ def register(app: typer.Typer) -> None:
         mlp_width: Optional[int] = typer.Option(None, min=1, help="eagle4 only: the drafter's MLP intermediate "
                                                 "size (default: the target's). With --init-from a narrower drafter, "
                                                 "its MLP grows to this width and keeps what it learnt."),
+        epochs: Optional[float] = typer.Option(None, min=0.01, help="Train this many passes over the training "
+                                               "records (instead of --minutes' time budget; --steps wins)."),
+        curve: str = typer.Option("", help="Comma-separated response-token counts, e.g. 120000,500000: each time "
+                                  "training has read that many, evaluate held out and on greedy records already "
+                                  "read (a one-pass learning curve; train.log and the model card)."),
     ) -> None:
         """Regenerate responses with the target, build teacher-forced features, and train a drafter.
 
@@ -196,7 +211,8 @@ def register(app: typer.Typer) -> None:
 
         with resources.as_file(resources.files("specbench.bundled") / "train-pool.jsonl") as bundled:
             pool = pool or bundled
-            cfg = TrainConfig(init_from=str(init_from) if init_from else None, mlp_width=mlp_width)
+            cfg = TrainConfig(init_from=str(init_from) if init_from else None, mlp_width=mlp_width, epochs=epochs,
+                              curve_tokens=_token_counts(curve))
             folder = train_drafter(drafter, out, pool, target, pool_chat(pool), minutes, steps, seed, resume,
                                    threads=threads, regen_method=regen_method, train_config=cfg, data=data)
         console.print(f"drafter: {folder}")

@@ -152,6 +152,20 @@ def test_training_reduces_loss(data, tmp_path):
     assert 0.0 <= after["lr_recall"] <= 1.0
 
 
+def test_one_pass_reads_every_training_record_once_and_logs_its_learning_curve(data, tmp_path):
+    t, samples = data
+    cfg = tiny_cfg(epochs=1.0, accum=1, eval_frac=0.3, curve_tokens=(60, 200))
+    _, state = train(samples, t, tmp_path, cfg, resume=False, log=lambda m: None, progress=False)
+    from reference_eagle4.training.train import split
+    train_set, held = split(samples, 0.3)
+    assert state["step"] == len(train_set) and state["epoch"] == 0 and held
+    assert state["tokens"] == sum(len(s["tokens"]) - s["prompt_len"] for s in train_set)
+    assert [p["at"] for p in state["curve"]] == [60, 200]
+    for p in state["curve"]:
+        assert p["tokens"] >= p["at"] and 0 < p["seen_rows"] <= p["step"]
+        assert set(p["held_out"]) >= {"acc0", "loss0"} and set(p["seen"]) >= {"acc0", "loss0"}
+
+
 def test_resume_after_interruption_is_exact(data, tmp_path):
     t, samples = data
     straight, _ = train(samples, t, tmp_path / "a", tiny_cfg(steps=8), resume=False, log=lambda m: None,

@@ -131,9 +131,12 @@ def test_train_data_generates_greedy_and_sampled_responses_and_resumes_with_feat
     res = runner.invoke(app, feat)                            # nothing left to compute: nothing rewritten
     assert res.exit_code == 0 and "0 to compute" in (out / "features.log").read_text().splitlines()[-1]
     res = runner.invoke(app, ["train", "--target", str(tiny_target), "--data", str(out), "--out",
-                              str(tmp_path / "train"), "--steps", "2", "--threads", "1"])
+                              str(tmp_path / "train"), "--epochs", "1", "--curve", "5,10", "--threads", "1"])
     assert res.exit_code == 0, res.output
     card = (tmp_path / "train" / "eagle4" / "drafter" / "README.md").read_text()
+    assert "| learning curve in one pass (greedy step-0 agreement) |" in card
+    info = json.loads((tmp_path / "train" / "eagle4" / "drafter" / "config.json").read_text())["training"]
+    assert [p["at"] for p in info["curve"]] == [5, 10] and info["tokens_read"] >= 10
     tokens = sum(e["n_out"] for e in store.entries)
     assert f"{len(samples)} prompts from `tokens`" in card and f"{tokens} response tokens" in card
     assert "greedy + sampled (specbench train-data)" in card
@@ -146,5 +149,7 @@ def test_train_data_bad_input_is_one_clear_line(tmp_path):
     assert str(res.exception) == "--method 'beam': choose one of ngram, eagle4-harness, vanilla"
     res = runner.invoke(app, ["train-data", "features", "--out", str(tmp_path)])
     assert isinstance(res.exception, SpecbenchError) and "no token store" in str(res.exception)
+    res = runner.invoke(app, ["train", "--curve", "5k", "--out", str(tmp_path)])
+    assert str(res.exception) == "--curve '5k': comma-separated token counts, e.g. 120000,500000"
     res = runner.invoke(app, ["train", "--data", str(tmp_path), "--out", str(tmp_path)])
     assert isinstance(res.exception, SpecbenchError) and "no feature store" in str(res.exception)
