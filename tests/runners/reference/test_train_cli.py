@@ -137,6 +137,10 @@ def test_train_data_generates_greedy_and_sampled_responses_and_resumes_with_feat
     assert "| learning curve in one pass (greedy step-0 agreement) |" in card
     info = json.loads((tmp_path / "train" / "eagle4" / "drafter" / "config.json").read_text())["training"]
     assert [p["at"] for p in info["curve"]] == [5, 10] and info["tokens_read"] >= 10
+    res = runner.invoke(app, ["train", "--drafter", "dflash", "--target", str(tiny_target), "--data", str(out),
+                              "--out", str(tmp_path / "train"), "--steps", "2", "--threads", "1"])
+    assert res.exit_code == 0, res.output
+    assert "greedy + sampled" in (tmp_path / "train" / "dflash" / "drafter" / "README.md").read_text()
     tokens = sum(e["n_out"] for e in store.entries)
     assert f"{len(samples)} prompts from `tokens`" in card and f"{tokens} response tokens" in card
     assert "greedy + sampled (specbench train-data)" in card
