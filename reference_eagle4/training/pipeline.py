@@ -83,10 +83,11 @@ def build_datastore(out_dir: str | Path = "runs/train", dest: str | Path | None 
                     pool_path: str | Path | None = None, target: str = "smollm2-135m", chat: Chat | None = None,
                     minutes: float | None = None, max_new_tokens: int = 160, concurrency: int = 8,
                     threads: int | None = 2, regen_method: str = "ngram", seed: int = 0,
-                    echo: bool = True) -> Path:
+                    echo: bool = True, data: str | Path | None = None) -> Path:
     """Regenerate the pool's responses (the same out_dir/regen.jsonl the drafters train on; resumed, at most
     `minutes` more of it, None: the whole pool; 0: none) and index them as a retrieval datastore in `dest`
-    (default out_dir/datastore) with a card naming the data behind it."""
+    (default out_dir/datastore) with a card naming the data behind it. data: a `specbench train-data` folder
+    whose greedy responses are indexed instead (nothing is regenerated)."""
     from reference_eagle4.datastore import Datastore
     from reference_eagle4.training.regenerate import load_pool
     from reference_eagle4.weights import sha256_file, weights_sha256
@@ -96,20 +97,13 @@ def build_datastore(out_dir: str | Path = "runs/train", dest: str | Path | None 
     dest = Path(dest) if dest else out / "datastore"
     say = _Log(out / "train.log", echo)
     pool, folder, st_path, st = _open_folder(out, pool_path, target, threads)
-    if minutes is None or minutes > 0:
-        _regenerate(out, pool, folder, chat, st, st_path, say, minutes=minutes, max_new_tokens=max_new_tokens,
-                    concurrency=concurrency, seed=seed, limit=None, method=regen_method)
-    regen = out / "regen.jsonl"
-    if not regen.exists():
-        raise FileNotFoundError(f"{regen}: no regenerated responses to index (run with --minutes > 0)")
-    rows, cut = [], 0
-    for line in regen.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            cut += 1              # a line an interruption cut short: regeneration redoes that request
-    if cut:
-        say(f"datastore: {cut} unfinished line(s) in {regen} left out (a rerun with --minutes > 0 redoes them)")
+    if data is not None:
+        rows, regen_seconds, regen_method = greedy_records(Path(data)), None, "vanilla"
+    else:
+        if minutes is None or minutes > 0:
+            _regenerate(out, pool, folder, chat, st, st_path, say, minutes=minutes, max_new_tokens=max_new_tokens,
+                        concurrency=concurrency, seed=seed, limit=None, method=regen_method)
+        rows, regen_seconds = regenerated_rows(out / "regen.jsonl", say), st["seconds"].get("regen", 0.0)
     vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
     store = Datastore.from_responses([r["output_ids"] for r in rows], vocab)
     cats: dict[str, int] = {}
@@ -118,12 +112,39 @@ def build_datastore(out_dir: str | Path = "runs/train", dest: str | Path | None 
     info = {"target": target, "target_weights_sha256": weights_sha256(folder), "pool": pool.name,
             "pool_rows": len(load_pool(pool)), "rows": len(rows), "categories": cats,
             "regen": {"max_new_tokens": max_new_tokens, "decoding": f"greedy ({regen_method})",
-                      "seconds": round(st["seconds"].get("regen", 0.0))}}
+                      "seconds": None if regen_seconds is None else round(regen_seconds)}}
     store.save(dest, info)
     sha = sha256_file(dest / "tokens.npy")
     (dest / "README.md").write_text(datastore_card(store, info, sha))
     say(f"datastore: {dest} ({len(store)} tokens from {len(rows)} responses)")
     return dest
+
+
+def regenerated_rows(regen: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """The rows of a regen.jsonl; a line an interruption cut short is left out (regeneration redoes it)."""
+    if not regen.exists():
+        raise FileNotFoundError(f"{regen}: no regenerated responses to index (run with --minutes > 0)")
+    rows, cut = [], 0
+    for line in regen.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            cut += 1
+    if cut:
+        say(f"datastore: {cut} unfinished line(s) in {regen} left out (a rerun with --minutes > 0 redoes them)")
+    return rows
+
+
+def greedy_records(data: Path) -> list[dict[str, Any]]:
+    """The greedy responses ("<pool id>#g") of a `specbench train-data` token store, as regen.jsonl rows."""
+    from reference_eagle4.training.store import TokenStore
+
+    tokens = TokenStore(data / "tokens")
+    rows = tokens.rows([i for i, e in enumerate(tokens.entries) if e["key"].endswith("#g") and e["n_out"] > 0])
+    if not rows:
+        raise FileNotFoundError(f"{data / 'tokens'}: no greedy responses to index (run specbench train-data "
+                                "generate)")
+    return rows
 
 
 def datastore_card(store, info: dict[str, Any], sha: str) -> str:
@@ -140,7 +161,9 @@ def datastore_card(store, info: dict[str, Any], sha: str) -> str:
         f"regenerated {info['regen']['decoding']} by the target, ≤ {info['regen']['max_new_tokens']} new tokens |",
         f"| tokens | {len(store)} |",
         f"| tokens.npy sha256 | `{sha}` |",
-        f"| regeneration time | {info['regen']['seconds'] / 60:.0f} min on a 2-core CPU |",
+        f"| regeneration time | " + (f"{info['regen']['seconds'] / 60:.0f} min on a 2-core CPU |"
+                                      if info["regen"]["seconds"] is not None else
+                                      "see the `specbench train-data generate` log that made them |"),
         "", "Rebuild it with `specbench datastore` (BENCHMARKS.md gives the command that built this one).", ""])
 
 

@@ -233,6 +233,8 @@ def register(app: typer.Typer) -> None:
         regen_method: str = typer.Option("ngram", help="How the target regenerates (greedy, the same tokens): "
                                          + ", ".join(REGEN_METHODS) + "."),
         threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: all)."),
+        data: Optional[Path] = typer.Option(None, help="A `specbench train-data` folder: index its greedy "
+                                            "responses instead of regenerating (--minutes is then ignored)."),
     ) -> None:
         """Regenerate the training pool's responses with the target and index them for retrieval drafting.
 
@@ -246,7 +248,10 @@ def register(app: typer.Typer) -> None:
             raise SpecbenchError(f"--regen-method {regen_method!r}: choose one of {', '.join(REGEN_METHODS)}")
         if pool is not None and not pool.exists():
             raise SpecbenchError(f"--pool {pool}: no such file")
-        if minutes == 0 and not (work / "regen.jsonl").exists():
+        if data is not None and not (data / "tokens" / "meta.json").exists():
+            raise SpecbenchError(f"--data {data}: no token store at {data / 'tokens'} (run specbench train-data "
+                                 "generate)")
+        if data is None and minutes == 0 and not (work / "regen.jsonl").exists():
             raise SpecbenchError(f"--minutes 0: {work / 'regen.jsonl'} does not exist, nothing to index")
         from importlib import resources
 
@@ -255,5 +260,5 @@ def register(app: typer.Typer) -> None:
         with resources.as_file(resources.files("specbench.bundled") / "train-pool.jsonl") as bundled:
             pool = pool or bundled
             folder = build_datastore(work, out, pool, target, pool_chat(pool), minutes, max_new_tokens,
-                                     threads=threads, regen_method=regen_method)
+                                     threads=threads, regen_method=regen_method, data=data)
         console.print(f"datastore: {folder}")

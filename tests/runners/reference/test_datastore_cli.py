@@ -39,8 +39,27 @@ def test_datastore_indexes_the_regenerated_responses(tiny_target, tmp_path):
     assert "1 unfinished line(s)" in (work / "train.log").read_text()
 
 
+def test_datastore_indexes_the_greedy_responses_of_a_train_data_store(tiny_target, tmp_path):
+    from reference_eagle4.datastore import Datastore
+    from reference_eagle4.training.store import TokenStore
+
+    p, data = pool(tmp_path / "pool"), tmp_path / "data"
+    res = runner.invoke(app, ["train-data", "generate", "--target", str(tiny_target), "--pool", str(p), "--out",
+                              str(data), "--samples", "1", "--concurrency", "4", "--max-new-tokens", "6",
+                              "--threads", "1"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["datastore", "--target", str(tiny_target), "--pool", str(p), "--data", str(data),
+                              "--work", str(tmp_path / "work"), "--threads", "1"])
+    assert res.exit_code == 0, res.output
+    greedy = [e["n_out"] for e in TokenStore(data / "tokens").entries if e["key"].endswith("#g")]
+    assert len(greedy) == 5 and len(Datastore.load(tmp_path / "work" / "datastore")) == sum(greedy)
+    card = (tmp_path / "work" / "datastore" / "README.md").read_text()
+    assert "5 of the 5 prompts of `pool.jsonl`" in card and "greedy (vanilla)" in card
+    assert not (tmp_path / "work" / "regen.jsonl").exists()
+
+
 def test_bad_input_names_the_flag(tmp_path):
-    for args, says in [(["--pool", str(tmp_path / "none.jsonl")], "--pool"),
+    for args, says in [(["--data", str(tmp_path)], "no token store"),(["--pool", str(tmp_path / "none.jsonl")], "--pool"),
                        (["--work", str(tmp_path), "--minutes", "0"], "nothing to index"),
                        (["--regen-method", "beam"], "--regen-method")]:
         res = runner.invoke(app, ["datastore", *args])
