@@ -7,9 +7,10 @@ Per sample (prompt + regenerated response, features from features.py):
           1..j at row t (its own chain), exactly what a depth-j node sees at draft time.
   loss:   soft cross-entropy against the target's next-token distribution (top-k cached), on rows whose
           predicted token lies in the response; total = sum_j 0.8^j L_j.
-  head:   the low-rank factors A, B get their own loss on the (detached) normed drafter states: soft
-          cross-entropy of softmax((h A) B) against the target distribution, which pushes the tokens the
-          target will pick into the low-rank top-K. Recall@K is logged.
+  head:   the low-rank factors A, B get their own loss on the (detached) normed drafter states:
+          cross-entropy of softmax((h A) B) against the drafter's own full-head distribution, which keeps
+          the token the full head would draft among the low-rank top-K that serving scores exactly. Recall@K
+          of the full head's argmax and of the target's is logged.
 AdamW (betas 0.9/0.95), linear warmup + cosine decay, gradient clipping, a seed for init and data order,
 checkpoints every few minutes (atomic), exact resume (step, epoch, cursor, optimizer, RNG), a rich progress
 bar and a plain log file.
@@ -157,10 +158,6 @@ class TTT:
         q, k, v = d.project(x[None], pos[None])
         return h, q, k.repeat_interleave(self.rep, 1), v.repeat_interleave(self.rep, 1)
 
-    def soft_ce(self, logits: Tensor, top_p: Tensor, top_i: Tensor) -> Tensor:
-        lse = logits.logsumexp(-1)
-        return lse - (logits.gather(1, top_i) * top_p).sum(-1)
-
     def unroll(self, feats: Tensor, tokens: Tensor, r0: int, r1: int):
         """Yield (j, Q, g_j) for j = 0..ttt_steps-1: the pre-norm outputs of rows Q = r0..r1-1 at step j.
 
@@ -238,8 +235,11 @@ class TTT:
                 stats.setdefault(f"acc{j}", []).append(float((arg == ti[:, 0]).float().mean()))
             if j == 0 and cfg.lowrank_weight > 0:
                 sub = torch.randperm(hn.shape[0])[: cfg.lowrank_rows]
-                sc = d.lr_b(d.lr_a(hn.detach()[sub]))
-                ll = self.soft_ce(sc, tp[sub], ti[sub]).mean()
+                h_sub = hn.detach()[sub]
+                with torch.no_grad():                      # [rows, draft vocab]: what the full head drafts from
+                    full = (h_sub.to(self.W.dtype) @ self.W.T).float().softmax(-1)
+                sc = d.lowrank_scores(h_sub)
+                ll = F.cross_entropy(sc, full)
                 total = total + cfg.lowrank_weight * ll
                 if stats is not None:
                     K = d.cfg.topk_candidates
