@@ -202,7 +202,9 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train",
     say = log or _Log(out / "train.log", echo)
     pool, folder, st_path, st = _open_folder(out, pool_path, target, threads)
     secs = st["seconds"]
-    say(f"pipeline: {kind} for {target} ({folder}), pool {pool}, budget {minutes} min, steps {steps}, seed {seed}")
+    length = (f"{train_config.epochs} epoch(s)" if train_config and train_config.epochs and steps is None
+              else f"budget {minutes} min, steps {steps}")
+    say(f"pipeline: {kind} for {target} ({folder}), pool {pool}, {length}, seed {seed}")
 
     decoding = f"greedy ({regen_method})"
     if data is not None:             # 1-2. responses and features from a train-data folder
