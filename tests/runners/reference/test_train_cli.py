@@ -130,7 +130,7 @@ def test_train_data_generates_greedy_and_sampled_responses_and_resumes_with_feat
     assert len(list((out / "features").glob("shard-?????"))) == -(-len(samples) // 4)
     res = runner.invoke(app, feat)                            # nothing left to compute: nothing rewritten
     assert res.exit_code == 0 and "0 to compute" in (out / "features.log").read_text().splitlines()[-1]
-    res = runner.invoke(app, ["train", "--target", str(tiny_target), "--data", str(out), "--out",
+    res = runner.invoke(app, ["train", "--target", str(tiny_target), "--data", str(out), "--pool", str(p), "--out",
                               str(tmp_path / "train"), "--epochs", "1", "--curve", "5,10", "--threads", "1"])
     assert res.exit_code == 0, res.output
     card = (tmp_path / "train" / "eagle4" / "drafter" / "README.md").read_text()
@@ -142,7 +142,8 @@ def test_train_data_generates_greedy_and_sampled_responses_and_resumes_with_feat
     assert res.exit_code == 0, res.output
     assert "greedy + sampled" in (tmp_path / "train" / "dflash" / "drafter" / "README.md").read_text()
     tokens = sum(e["n_out"] for e in store.entries)
-    assert f"{len(samples)} prompts from `tokens`" in card and f"{tokens} response tokens" in card
+    assert f"{len(samples)} responses to 5 prompts of `pool.jsonl` (`{out}`)" in card
+    assert f"{tokens} response tokens" in card
     assert "greedy + sampled (specbench train-data)" in card
 
 
