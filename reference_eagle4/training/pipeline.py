@@ -137,10 +137,10 @@ def regenerated_rows(regen: Path, say: Callable[[str], None]) -> list[dict[str, 
 
 def greedy_records(data: Path) -> list[dict[str, Any]]:
     """The greedy responses ("<pool id>#g") of a `specbench train-data` token store, as regen.jsonl rows."""
-    from reference_eagle4.training.store import TokenStore
+    from reference_eagle4.training.store import TokenStore, is_sampled
 
     tokens = TokenStore(data / "tokens")
-    rows = tokens.rows([i for i, e in enumerate(tokens.entries) if e["key"].endswith("#g") and e["n_out"] > 0])
+    rows = tokens.rows([i for i, e in enumerate(tokens.entries) if not is_sampled(e["key"]) and e["n_out"] > 0])
     if not rows:
         raise FileNotFoundError(f"{data / 'tokens'}: no greedy responses to index (run specbench train-data "
                                 "generate)")
@@ -252,8 +252,8 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train",
         "response_tokens": n_tok, "steps": state["step"], "epochs": state["epoch"],
         "seconds": stage_secs, "wall_minutes": round(sum(stage_secs.values()) / 60, 1),
         "eval": state.get("eval", {}), "eval_start": state.get("eval_start", {}), "train_config": asdict(cfg),
-        "eval_sampled": state.get("eval_sampled", {}), "tokens_read": state.get("tokens", 0),
-        "curve": state.get("curve", []),
+        "eval_sampled": state.get("eval_sampled", {}), "tokens_read": state["tokens"],
+        "curve": state["curve"],
         "regen": {
             "max_new_tokens": max_new_tokens, "concurrency": concurrency, "decoding": decoding,
             "dtype": f"{auto_dtype()} (packed)"},

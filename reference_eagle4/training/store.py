@@ -144,6 +144,12 @@ class TokenStore:
         self.close()
 
 
+def is_sampled(key: str) -> bool:
+    """A sampled response's record key ("<pool id>#s<r>"); greedy ones end in "#g", and rows regenerated
+    outside a store (plain pool ids) are greedy too."""
+    return "#s" in key
+
+
 def held_out(group: str, eval_frac: float) -> bool:
     """The deterministic train/eval split by pool row (every response to a prompt falls on the same side)."""
     return zlib.crc32(group.encode()) % 1000 < eval_frac * 1000

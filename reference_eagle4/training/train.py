@@ -23,6 +23,7 @@ import math
 import random
 import time
 from collections.abc import Sequence
+from itertools import islice
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -32,6 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from reference_eagle4.device import resolve_dtype
+from reference_eagle4.training.store import is_sampled
 from reference_eagle4.drafters.eagle4_model import Eagle4Config, Eagle4Drafter
 
 
@@ -326,8 +328,7 @@ def _optimizer(d: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
 
 
 def sampled(s: Any) -> bool:
-    """A sampled response ("<pool id>#s<r>" in a `specbench train-data` store); everything else is greedy."""
-    return "#s" in str(s["id"])
+    return is_sampled(str(s["id"]))
 
 
 def _mean(xs: list[float]) -> float:
@@ -348,8 +349,8 @@ def curve_point(ttt: TTT, at: int, state: dict[str, Any], held: Sequence[Any], t
                 perm: list[int], seen_rows: int = 64) -> dict[str, Any]:
     """One learning-curve point: agreement on the greedy held-out responses and on greedy training responses
     this pass has already read (their gap separates too little data from too little capacity)."""
-    seen = [train_set[i] for i in perm[: state["cursor"]]]
-    seen = [s for s in seen if not sampled(s)][:seen_rows]
+    read = (train_set[i] for i in perm[: state["cursor"]])
+    seen = list(islice((s for s in read if not sampled(s)), seen_rows))
     return {"at": at, "tokens": state["tokens"], "step": state["step"], "held_out": evaluate(ttt, held),
             "seen": evaluate(ttt, seen) if seen else {}, "seen_rows": len(seen)}
 
@@ -408,7 +409,7 @@ def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: Train
         ck = torch.load(ckpt_path, weights_only=False)
         d.load_state_dict(ck["drafter"])
         opt.load_state_dict(ck["optimizer"])
-        state = ck["state"]
+        state = {"tokens": 0, "curve": [], **ck["state"]}    # checkpoints from before the curve lack these
         torch.set_rng_state(ck["rng"])
         log(f"train: resumed at step {state['step']}/{state['total']} (epoch {state['epoch']}, "
             f"{state['elapsed']:.0f} s trained)")
@@ -465,7 +466,7 @@ def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: Train
                     perm = order(state["epoch"])
                 s = train_set[perm[state["cursor"]]]
                 state["cursor"] += 1
-                state["tokens"] = state.get("tokens", 0) + len(s["tokens"]) - s["prompt_len"]
+                state["tokens"] += len(s["tokens"]) - s["prompt_len"]
                 loss = ttt.run(s, window) / cfg.accum
                 loss.backward()
             torch.nn.utils.clip_grad_norm_(d.parameters(), 1.0)
@@ -473,7 +474,7 @@ def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: Train
             state["step"] += 1
             state["elapsed"] = time.time() - t_start
             for at in cfg.curve_tokens:
-                if state.get("tokens", 0) >= at and all(p["at"] != at for p in state.setdefault("curve", [])):
+                if state["tokens"] >= at and all(p["at"] != at for p in state["curve"]):
                     state["curve"].append(curve_point(ttt, at, state, eval_set, train_set, perm))
                     log(f"train: curve {json.dumps(state['curve'][-1])}")
             if total is None and state["step"] == start_step + 8:
