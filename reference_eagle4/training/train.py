@@ -381,9 +381,10 @@ def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: Train
     if cfg.vocab and cfg.vocab < target.args.vocab_size:
         ck_vocab = torch.load(ckpt_path, weights_only=False)["drafter"].get("d2t") \
             if resume and ckpt_path.exists() else None
-        if ck_vocab is None and kind == "eagle4" and cfg.init_from:
+        if ck_vocab is None and cfg.init_from:          # continued training keeps the drafter's vocabulary
+            from reference_eagle4.drafters.dflash_model import load_dflash
             from reference_eagle4.drafters.eagle4_model import load_drafter
-            ck_vocab = load_drafter(cfg.init_from).d2t
+            ck_vocab = (load_drafter if kind == "eagle4" else load_dflash)(cfg.init_from).d2t
         d2t = ck_vocab if ck_vocab is not None else draft_vocab(samples, cfg.vocab, target.args.vocab_size)
     head_w = head.to(resolve_dtype(cfg.dtype)).contiguous()
     if kind == "eagle4":

@@ -207,6 +207,22 @@ def test_dspark_starts_from_a_trained_dflash_backbone(target, samples, tmp_path)
                             "dspark", emb, head, vocab.flip(0))
 
 
+def test_continued_block_training_keeps_the_drafters_vocabulary(target, samples, tmp_path):
+    """Continuing a shipped drafter on other data keeps its draft vocabulary (the new data's would differ)."""
+    from reference_eagle4.training.train import draft_vocab
+
+    cfg = TrainConfig(steps=2, eval_frac=0.0, ckpt_every_s=1e9, block_size=8, layers=1, anchors=4, vocab=128)
+    flash, _ = train(samples, target, tmp_path / "f", cfg, resume=False, log=lambda m: None, progress=False,
+                     kind="dflash")
+    flash.save(tmp_path / "flash", torch.float32)
+    other = samples[:1]
+    assert not torch.equal(draft_vocab(other, 128, target.args.vocab_size), flash.d2t)
+    cont = TrainConfig(**{**cfg.__dict__, "init_from": str(tmp_path / "flash")})
+    again, _ = train(other, target, tmp_path / "g", cont, resume=False, log=lambda m: None, progress=False,
+                     kind="dflash")
+    assert torch.equal(again.d2t, flash.d2t)
+
+
 @pytest.mark.parametrize("method", ["dflash", "dspark"])
 def test_runs_in_bfloat16(target, requests, method):
     """The shipped configuration: a bf16 target; the drafter is cast to it when the engine binds it."""
