@@ -318,12 +318,19 @@ def _summary(drafter, info: dict[str, Any]) -> tuple[str, str, list[str]]:
         about += (f" A rank-{c.markov_rank} Markov head adds a logit bias from the previous drafted token, and a "
                   "confidence head predicts each draft's acceptance; the dspark method verifies the prefix whose "
                   "predicted acceptance pays for its measured cost.")
-    start = f"backbone initialised from `{tc['init_from']}`; " if tc.get("init_from") else ""
+    start = f"initialised from `{tc['init_from']}` (the tensors the two share); " if tc.get("init_from") else ""
+
+    def block(metrics: dict[str, float]) -> str:
+        return (f"row-1 top-1 agreement {metrics.get('acc1', float('nan')):.3f}, accepted drafts per block "
+                f"{metrics.get('al', float('nan')):.2f}")
+
     rows = [f"| training | {start}{tc['anchors']} anchored blocks per sample, soft CE vs the target's top-32 "
             f"distribution, row weights exp(-(k-1)/{tc['gamma']}); AdamW lr {tc['lr']}; {info['steps']} steps "
             f"({epochs}), seed {tc['seed']} |",
             f"| held-out row-1 top-1 agreement | {ev.get('acc1', float('nan')):.3f} |",
             f"| held-out accepted drafts per block (greedy, teacher-forced) | {ev.get('al', float('nan')):.2f} |"]
+    if info.get("eval_start"):
+        rows.insert(3, f"| the same, for the drafter it started from | {block(info['eval_start'])} |")
     if dspark:
         rows.append(f"| held-out confidence BCE | {ev.get('conf_bce', float('nan')):.3f} |")
     return f"{'DSpark' if dspark else 'DFlash'} drafter for {info['target']}", about, rows

@@ -53,6 +53,12 @@ def test_train_two_kinds_share_data_and_export(tiny_target, tmp_path):
     card = (tmp_path / "more" / "eagle4" / "drafter" / "README.md").read_text()
     assert "continued from `" in card and "the same, for the drafter it continued from | step 0:" in card
     assert f"MLP width {width}" in card
+    # a block drafter continued on the same data: its card gives the starting drafter's agreement too
+    res = runner.invoke(app, ["train", "--drafter", "dspark", "--init-from", str(out / "dspark" / "drafter"),
+                              *common[:-6], "--out", str(tmp_path / "more"), "--steps", "2", "--threads", "1"])
+    assert res.exit_code == 0, res.output
+    card = (tmp_path / "more" / "dspark" / "drafter" / "README.md").read_text()
+    assert "the same, for the drafter it started from | row-1 top-1 agreement 0." in card
     state = json.loads((out / "state.json").read_text())
     assert {"regen", "train-eagle4", "train-dspark"} <= set(state["seconds"])
 
