@@ -179,6 +179,9 @@ def register(app: typer.Typer) -> None:
                                                 "its MLP grows to this width and keeps what it learnt."),
         epochs: Optional[float] = typer.Option(None, min=0.01, help="Train this many passes over the training "
                                                "records (instead of --minutes' time budget; --steps wins)."),
+        anchors: Optional[int] = typer.Option(None, min=1, help="dflash/dspark only: blocks per sample and "
+                                              "optimizer step (default 32); more reuse each context forward for "
+                                              "more training signal per step."),
         curve: str = typer.Option("", help="Comma-separated response-token counts, e.g. 120000,500000: each time "
                                   "training has read that many, evaluate held out and on greedy records already "
                                   "read (a one-pass learning curve; train.log and the model card)."),
@@ -202,6 +205,8 @@ def register(app: typer.Typer) -> None:
             check_init_from(init_from, drafter)
         if mlp_width is not None and drafter != "eagle4":
             raise SpecbenchError(f"--mlp-width: only for --drafter eagle4, not {drafter}")
+        if anchors is not None and drafter == "eagle4":
+            raise SpecbenchError("--anchors: only for --drafter dflash or dspark (eagle4 trains on every position)")
         if data is not None and not (data / "features" / "meta.json").exists():
             raise SpecbenchError(f"--data {data}: no feature store at {data / 'features'} "
                                  "(run specbench train-data generate, then train-data features)")
@@ -212,7 +217,7 @@ def register(app: typer.Typer) -> None:
         with resources.as_file(resources.files("specbench.bundled") / "train-pool.jsonl") as bundled:
             pool = pool or bundled
             cfg = TrainConfig(init_from=str(init_from) if init_from else None, mlp_width=mlp_width, epochs=epochs,
-                              curve_tokens=_token_counts(curve))
+                              curve_tokens=_token_counts(curve), **({"anchors": anchors} if anchors else {}))
             folder = train_drafter(drafter, out, pool, target, pool_chat(pool), minutes, steps, seed, resume,
                                    threads=threads, regen_method=regen_method, train_config=cfg, data=data)
         console.print(f"drafter: {folder}")
