@@ -207,6 +207,22 @@ def test_dspark_starts_from_a_trained_dflash_backbone(target, samples, tmp_path)
                             "dspark", emb, head, vocab.flip(0))
 
 
+def test_held_out_evaluation_scores_the_same_anchors_every_time(target, samples):
+    """Two evaluations of one drafter agree exactly (so before/after figures are paired), and evaluating does not
+    move the training run's random stream."""
+    from reference_eagle4.training.block import build_block_drafter
+    from reference_eagle4.training.train import evaluate
+
+    cfg = TrainConfig(block_size=8, layers=1, anchors=2, vocab=None)
+    emb, head = target.embed.weight.detach(), target.lm_head.weight.detach()
+    obj = BlockObjective(build_block_drafter(target.args, cfg, "dflash", emb, head), emb, head, cfg)
+    state = torch.get_rng_state()
+    first = evaluate(obj, samples)
+    assert torch.equal(torch.get_rng_state(), state)
+    torch.manual_seed(123)
+    assert evaluate(obj, samples) == first
+
+
 def test_continued_block_training_keeps_the_drafters_vocabulary(target, samples, tmp_path):
     """Continuing a shipped drafter on other data keeps its draft vocabulary (the new data's would differ)."""
     from reference_eagle4.training.train import draft_vocab

@@ -228,7 +228,7 @@ def test_a_wider_mlp_grown_from_a_trained_drafter_starts_with_its_predictions(da
     assert wide.down.weight.shape[1] == 3 * t.args.intermediate
     before = evaluate(TTT(first, emb, head, wide_cfg), samples)
     grown = evaluate(TTT(wide, emb, head, wide_cfg), samples)
-    assert grown == pytest.approx(before, abs=1e-4)
+    assert grown == pytest.approx(before, abs=2e-4)          # metrics are rounded to 1e-4: one step either way
     with pytest.raises(ValueError, match="intermediate_size differ"):        # narrower than the saved one
         build_drafter(t.args, tiny_cfg(vocab=64, mlp_width=t.args.intermediate // 2,
                                        init_from=str(tmp_path / "first")), emb, head, first.d2t)
