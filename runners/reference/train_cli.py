@@ -170,8 +170,9 @@ def register(app: typer.Typer) -> None:
                                          "exists for the target) or vanilla."),
         init_from: Optional[Path] = typer.Option(None, help="Start from a trained drafter folder: for eagle4 an "
                                                  "eagle4 drafter of the same configuration (continued training, e.g. "
-                                                 "the bundled one), for dflash/dspark a dflash drafter's backbone "
-                                                 "(e.g. OUT/dflash/drafter for dspark)."),
+                                                 "the bundled one), for dflash/dspark a dflash or dspark drafter (the "
+                                                 "tensors the two share: a continued run, or DSpark from "
+                                                 "OUT/dflash/drafter); the draft vocabulary is the drafter's."),
         data: Optional[Path] = typer.Option(None, help="A `specbench train-data` folder: train on its feature "
                                             "store (greedy + sampled responses at scale) instead of regenerating."),
         mlp_width: Optional[int] = typer.Option(None, min=1, help="eagle4 only: the drafter's MLP intermediate "
