@@ -23,8 +23,8 @@ import math
 import random
 import time
 from collections.abc import Sequence
-from itertools import islice
 from dataclasses import asdict, dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -33,8 +33,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from reference_eagle4.device import resolve_dtype
-from reference_eagle4.training.store import is_sampled
 from reference_eagle4.drafters.eagle4_model import Eagle4Config, Eagle4Drafter
+from reference_eagle4.training.store import is_sampled
 
 
 @dataclass
