@@ -21,7 +21,7 @@ DEMO_METHODS ?= ngram,eagle4-chain,eagle4-tree,eagle4-harness,dflash,dspark
 DEMO_OUT := runs/demo-$(shell date +%Y%m%d-%H%M%S)
 DEMO_ARGS = --methods $(DEMO_METHODS) --max-new-tokens $(DEMO_TOKENS)
 
-.PHONY: setup test test-slow demo browser clean gpu-check fuzz-serve
+.PHONY: setup test test-slow demo browser clean gpu-check gpu-train-check fuzz-serve
 
 setup: $(STAMP)
 
@@ -142,6 +142,13 @@ test-vllm: setup $(VLLM_VENV)/.installed
 gpu-check: setup
 	$(PY) -m reference_eagle4.gpu_check --out runs/gpu-check
 	$(PY) -m reference_eagle4.kernels.bench --out runs/gpu-check/kernels.json
+
+# On a CUDA machine: drafter training on a random target of SmolLM2-135M's shapes: generation, features and a few
+# steps of each drafter kind timed, each kind's training step equal to the CPU's in fp32, and an estimate of a real
+# run (2M response tokens) on the device: runs/gpu-check/gpu-train-check.json, a few minutes.
+# `python -m reference_eagle4.training.gpu_check --device cpu --tiny` runs it anywhere.
+gpu-train-check: setup
+	$(PY) -m reference_eagle4.training.gpu_check --out runs/gpu-check
 
 # SGLang 0.5.23's own argument parser and speculative-decoding checks on every SGLang launch command specbench
 # builds: each method at L = 2..16, tensor parallel 1 and 4 (tests/runners/test_sglang_args.py, about a minute;

@@ -24,48 +24,55 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from reference_eagle4.device import upload
 from reference_eagle4.drafters.dflash_model import DFlashConfig, DFlashDrafter
 from reference_eagle4.training.train import HeadSoftCE, TrainConfig, draft_index
 
 
 class BlockObjective:
-    """The block forward over one sample with many anchors; shared by training and evaluation."""
+    """The block forward over one sample with many anchors; shared by training and evaluation. It runs on the
+    device of `embed`, where the drafter must be too; anchors and the rows they pick are chosen on the CPU
+    (no wait for the device) and uploaded."""
 
     def __init__(self, drafter: DFlashDrafter, embed: Tensor, head: Tensor, cfg: TrainConfig):
         self.d, self.cfg = drafter, cfg
+        self.device = embed.device
         self.W, self.t2d = draft_index(drafter.d2t, head, drafter.cfg.vocab_size)
         B = drafter.cfg.block_size
-        self.row_w = torch.tensor([math.exp(-(k - 1) / cfg.gamma) for k in range(1, B)])
+        self.row_w = torch.tensor([math.exp(-(k - 1) / cfg.gamma) for k in range(1, B)], device=self.device)
 
     def block_hidden(self, s: dict[str, Any], anchors: Tensor) -> Tensor:
-        """Pre-norm block outputs [n_a, B, H] for roots at the (ascending) positions `anchors`."""
-        d = self.d
+        """Pre-norm block outputs [n_a, B, H] for roots at the (ascending) positions `anchors` (on the CPU)."""
+        d, dev = self.d, self.device
         Bk = d.cfg.block_size
         n_a, Tc = anchors.numel(), int(anchors.max())
-        ctx = d.context(s["feats"][:Tc].to(d.fc.weight.dtype).reshape(Tc, -1))[None]
-        pos = anchors[:, None] + torch.arange(Bk)[None]
-        mask = (torch.arange(Tc)[None, None, :] < anchors[:, None, None]).expand(n_a, Bk, Tc)
-        h = d.block_inputs(s["tokens"].long()[anchors])
+        ctx = d.context(upload(s["feats"][:Tc], dev).to(d.fc.weight.dtype).reshape(Tc, -1))[None]
+        on_dev = upload(anchors, dev)
+        pos = on_dev[:, None] + torch.arange(Bk, device=dev)[None]
+        ctx_pos = torch.arange(Tc, device=dev)
+        mask = (ctx_pos[None, None, :] < on_dev[:, None, None]).expand(n_a, Bk, Tc)
+        h = d.block_inputs(upload(s["tokens"].long()[anchors], dev))
         for layer in d.layers:
-            k, v = d.ctx_kv(layer, ctx, torch.arange(Tc)[None])
+            k, v = d.ctx_kv(layer, ctx, ctx_pos[None])
             h = d.layer_forward(layer, h, pos, k.expand(n_a, -1, -1, -1), v.expand(n_a, -1, -1, -1), mask)
         return h
 
-    def run(self, s: dict[str, Any], stats: dict[str, list[float]] | None = None) -> Tensor:
-        d, cfg = self.d, self.cfg
+    def run(self, s: dict[str, Any], stats: dict[str, list[Tensor]] | None = None) -> Tensor:
+        d, cfg, dev = self.d, self.cfg, self.device
         Bk = d.cfg.block_size
         tokens = s["tokens"].long()
         T, P = tokens.numel(), s["prompt_len"]
         cand = torch.arange(P, T - 1)                           # roots with at least one target token
         if cand.numel() == 0:
-            return torch.zeros((), requires_grad=True)
+            return torch.zeros((), requires_grad=True, device=dev)
         anchors = cand[torch.randperm(cand.numel())[: cfg.anchors]].sort().values
         n_a = anchors.numel()
         h = self.block_hidden(s, anchors)[:, 1:]                # rows k = 1 .. B-1
         tgt = anchors[:, None] + torch.arange(1, Bk)[None]      # position of the token row k drafts
-        valid = tgt <= T - 1
+        valid = upload(tgt <= T - 1, dev)
         teacher = (tgt - 1 - (P - 1)).clamp(max=s["top_p"].shape[0] - 1)
-        tp, ti = s["top_p"][teacher].float(), s["top_i"][teacher].long()        # [n_a, B-1, topk]
+        tp = upload(s["top_p"][teacher], dev).float()           # [n_a, B-1, topk]
+        ti = upload(s["top_i"][teacher], dev).long()
         if self.t2d is not None:
             ti = self.t2d[ti]
             tp = tp * (ti >= 0)
@@ -76,7 +83,7 @@ class BlockObjective:
         W = self.W
         pe = None
         if d.is_dspark:
-            prev = tokens[(tgt - 1).clamp(max=T - 1)]
+            prev = upload(tokens[(tgt - 1).clamp(max=T - 1)], dev)
             pe = d.prev_features(prev)
             # logits = hn W^T + (pe U) M^T: one fused soft-CE over [hn, pe U] and [W, M]
             hn = torch.cat([hn, d.markov_u(pe)], -1)
@@ -86,7 +93,7 @@ class BlockObjective:
                                         ti.reshape(-1, ti.shape[-1])[rows])
         w = self.row_w[None].expand(n_a, -1).reshape(-1)[rows]
         loss = (w * per_row).sum() / w.sum()
-        correct = torch.zeros(n_a * (Bk - 1), dtype=torch.bool)
+        correct = torch.zeros(n_a * (Bk - 1), dtype=torch.bool, device=dev)
         correct[rows] = arg == ti.reshape(-1, ti.shape[-1])[rows, 0]
         correct = correct.view(n_a, Bk - 1)
         total = loss
@@ -95,11 +102,11 @@ class BlockObjective:
             bce = F.binary_cross_entropy_with_logits(logit, correct[valid].float())
             total = total + cfg.confidence_weight * bce
         if stats is not None:
-            stats.setdefault("loss", []).append(float(loss.detach()))
-            stats.setdefault("acc1", []).append(float(correct[:, 0][valid[:, 0]].float().mean()))
-            stats.setdefault("al", []).append(float(correct.int().cumprod(1).sum(1).float().mean()))
+            stats.setdefault("loss", []).append(loss.detach())
+            stats.setdefault("acc1", []).append(correct[:, 0][valid[:, 0]].float().mean())
+            stats.setdefault("al", []).append(correct.int().cumprod(1).sum(1).float().mean())
             if d.is_dspark:
-                stats.setdefault("conf_bce", []).append(float(bce.detach()))
+                stats.setdefault("conf_bce", []).append(bce.detach())
         return total
 
 

@@ -10,7 +10,8 @@ all of them: `prefix_groups`) and we keep
     mass of these peaked distributions in 192 bytes per token instead of a float per vocabulary entry; the
     soft cross-entropy of the trainer uses it as the teacher distribution.
 The cache is one torch file (a list of per-sample dicts); rows added to regen.jsonl since it was written
-are computed and merged, the others are read back.
+are computed and merged, the others are read back. The target runs on the device asked for; what it
+computes comes back to the CPU before it is stored.
 """
 
 from __future__ import annotations
@@ -124,11 +125,10 @@ def teacher_pass(model, rows: list[dict[str, Any]], capture: tuple[int, ...], to
 
 def build_features(regen_path: str | Path, target_folder: str | Path, out_path: str | Path, *,
                    topk: int = 32, max_len: int = 1024, dtype: str = "auto", threads: int | None = None,
+                   device: torch.device | str = "cpu",
                    log: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Load or compute the feature cache for the rows of `regen_path`."""
-    from reference_eagle4.device import resolve_dtype
-    from reference_eagle4.linears import pack_linears
-    from reference_eagle4.model import load_transformer
+    from reference_eagle4.training.regenerate import packed_target
 
     if threads:
         torch.set_num_threads(threads)
@@ -147,7 +147,7 @@ def build_features(regen_path: str | Path, target_folder: str | Path, out_path: 
             cached = {s["id"]: s for s in blob["samples"] if s["tokens"].tolist() == seqs.get(s["id"])}
             cached_capture = blob.get("capture")
         del blob
-    model = pack_linears(load_transformer(target_folder, resolve_dtype(dtype)))
+    model = packed_target(target_folder, dtype, device)
     capture = tuple(model.args.eagle_layers)
     if cached_capture != list(capture):
         cached = {}
@@ -167,19 +167,25 @@ def build_features(regen_path: str | Path, target_folder: str | Path, out_path: 
 
 def extract_to_store(token_dir: str | Path, feature_dir: str | Path, target_folder: str | Path, *,
                      topk: int = 32, batch: int = 16, shard_records: int = 128, minutes: float | None = None,
-                     dtype: str = "auto", threads: int | None = None,
+                     dtype: str = "auto", threads: int | None = None, device: torch.device | str = "cpu",
                      log: Callable[[str], None] = print) -> dict[str, Any]:
     """Teacher-forced features of every TokenStore record not yet in the FeatureStore, a shard at a time
     (an interruption loses at most the shard in flight); return this call's counts and throughput."""
-    from reference_eagle4.device import resolve_dtype
-    from reference_eagle4.linears import pack_linears
-    from reference_eagle4.model import load_transformer
-    from reference_eagle4.training.store import FeatureStore, TokenStore
+    from reference_eagle4.training.regenerate import packed_target
 
     if threads:
         torch.set_num_threads(threads)
+    return extract(packed_target(target_folder, dtype, device), token_dir, feature_dir, topk=topk, batch=batch,
+                   shard_records=shard_records, minutes=minutes, log=log)
+
+
+def extract(model, token_dir: str | Path, feature_dir: str | Path, *, topk: int = 32, batch: int = 16,
+            shard_records: int = 128, minutes: float | None = None,
+            log: Callable[[str], None] = print) -> dict[str, Any]:
+    """`extract_to_store` with a target already loaded (on any device)."""
+    from reference_eagle4.training.store import FeatureStore, TokenStore
+
     tokens = TokenStore(token_dir)
-    model = pack_linears(load_transformer(target_folder, resolve_dtype(dtype)))
     capture = tuple(model.args.eagle_layers)
     store = FeatureStore(feature_dir, {"capture": list(capture), "topk": topk, "dim": model.args.dim})
     todo = [i for i, e in enumerate(tokens.entries) if e["n_out"] > 0 and e["key"] not in store]

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import torch
+
 from reference_eagle4.training.regenerate import Chat, chat_ids, load_pool, load_target, ordered
 from reference_eagle4.training.store import TokenStore
 
@@ -42,19 +44,28 @@ def rounds(plan: GenPlan) -> list[tuple[str, float]]:
 
 
 def generate(pool_path: str | Path, store_dir: str | Path, target_folder: str | Path, chat: Chat,
-             plan: GenPlan, *, dtype: str = "auto", threads: int | None = None,
+             plan: GenPlan, *, dtype: str = "auto", threads: int | None = None, device: torch.device | str = "cpu",
              log: Callable[[str], None] = print, progress: bool = True) -> dict[str, Any]:
-    """Append responses to the store until the plan's target or time is reached; return this call's counts."""
+    """Append responses to the store until the plan's target or time is reached; return this call's counts.
+    The target decodes on `device`."""
+    folder = Path(target_folder)
+    rows = ordered(load_pool(pool_path), plan.seed)
+    tok, eos, model = load_target(folder, dtype, threads, device)
+    prompts = {r["id"]: chat_ids(tok, chat, r) for r in rows}
+    return decode(model, rows, prompts, eos, store_dir, plan, log=log, progress=progress)
+
+
+def decode(model, rows: list[dict[str, Any]], prompts: dict[str, list[int]], eos: set[int],
+           store_dir: str | Path, plan: GenPlan, *, log: Callable[[str], None] = print,
+           progress: bool = True) -> dict[str, Any]:
+    """`generate` with the target already loaded (on any device): the plan's rounds over `rows` {id, category},
+    whose prompt token ids are `prompts[id]`, appended to the store at store_dir."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from reference_eagle4.engine import Engine, GenerationConfig, Request
     from reference_eagle4.proposers import PROPOSERS
     from reference_eagle4.verify import Sampling
 
-    folder = Path(target_folder)
-    rows = ordered(load_pool(pool_path), plan.seed)
-    tok, eos, model = load_target(folder, dtype, threads)
-    prompts = {r["id"]: chat_ids(tok, chat, r) for r in rows}
     max_len = max(len(p) for p in prompts.values()) + plan.max_new_tokens + plan.budget + 8
     deadline = time.time() + 60 * plan.minutes if plan.minutes else None
     goal = plan.target_tokens or 0

@@ -65,7 +65,7 @@ def _open_folder(out: Path, pool_path: str | Path | None, target: str,
 
 def _regenerate(out: Path, pool: Path, folder: Path, chat: Chat | None, st: dict[str, Any], st_path: Path,
                 say: Callable[[str], None], *, minutes: float | None, max_new_tokens: int, concurrency: int,
-                seed: int, limit: int | None, method: str) -> None:
+                seed: int, limit: int | None, method: str, device: str = "cpu") -> None:
     """The shared first stage: append the target's greedy responses to out/regen.jsonl, time it in state."""
     from reference_eagle4.training.regenerate import regenerate
 
@@ -74,7 +74,7 @@ def _regenerate(out: Path, pool: Path, folder: Path, chat: Chat | None, st: dict
     t0 = time.time()
     regenerate(pool, out / "regen.jsonl", folder, chat, max_new_tokens=max_new_tokens, concurrency=concurrency,
                seed=seed, limit=limit, minutes=minutes, method=method, budget=1 if method == "vanilla" else 8,
-               log=say)
+               device=device, log=say)
     st["seconds"]["regen"] = st["seconds"].get("regen", 0.0) + time.time() - t0
     _save_state(st_path, st)
 
@@ -174,7 +174,8 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train",
                   max_new_tokens: int = 160, concurrency: int = 8, threads: int | None = 2,
                   regen_method: str = "ngram",
                   train_config: TrainConfig | None = None, progress: bool = True, echo: bool = True,
-                  log: Callable[[str], None] | None = None, data: str | Path | None = None) -> Path:
+                  log: Callable[[str], None] | None = None, data: str | Path | None = None,
+                  device: str = "cpu") -> Path:
     """Train a drafter for `target` from `pool_path`; return the exported drafter folder.
 
     chat(row) -> messages formats a pool row as the benchmarks would (specbench's `chat_messages`; needed
@@ -184,7 +185,9 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train",
     folder's files are replaced). The shipped drafters' cards and BENCHMARKS.md give the arguments that
     made them (TrainConfig defaults, greedy regeneration, 160 new tokens; the EAGLE-4 one continued with
     `train_config.init_from`). data: a `specbench train-data` folder whose feature store replaces the
-    regeneration and feature stages (greedy and sampled responses at scale).
+    regeneration and feature stages (greedy and sampled responses at scale). device (auto, cpu, cuda, cuda:N):
+    where the target regenerates and computes features and where the drafter trains (it replaces
+    train_config.device).
     """
     if kind not in KINDS:
         raise ValueError(f"drafter kind must be one of {KINDS}, got {kind!r}")
@@ -221,11 +224,11 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train",
         left = regen_minutes - secs.get("regen", 0.0) / 60
         if left > 0.05:
             _regenerate(out, pool, folder, chat, st, st_path, say, minutes=left, max_new_tokens=max_new_tokens,
-                        concurrency=concurrency, seed=seed, limit=regen_limit, method=regen_method)
+                        concurrency=concurrency, seed=seed, limit=regen_limit, method=regen_method, device=device)
 
         # 2. teacher-forced features
         t0 = time.time()
-        samples = build_features(out / "regen.jsonl", folder, out / "features.pt", log=say)
+        samples = build_features(out / "regen.jsonl", folder, out / "features.pt", device=device, log=say)
         if time.time() - t0 > 5:
             secs["features"] = secs.get("features", 0.0) + time.time() - t0
             _save_state(st_path, st)
@@ -233,6 +236,7 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train",
     # 3. training (TTT for eagle4, block objective for dflash / dspark)
     cfg = train_config or TrainConfig()
     cfg.seed = seed
+    cfg.device = device
     if steps is not None:
         cfg.steps = steps
     if minutes is not None and steps is None and not cfg.epochs:
@@ -258,6 +262,7 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train",
             "max_new_tokens": max_new_tokens, "concurrency": concurrency, "decoding": decoding,
             "dtype": f"{auto_dtype()} (packed)"},
         "last_log": state["history"][-1] if state["history"] else {},
+        "machine": _machine(cfg.device),
     }
     if cfg.init_from:                    # the exact drafter this one continued (its folder may be overwritten)
         info["init_from_sha256"] = sha256_file(Path(cfg.init_from) / "model.safetensors")
@@ -266,6 +271,15 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train",
     _save_state(st_path, st)
     say(f"pipeline: exported {dest} ({json.dumps(info['eval'])})")
     return dest
+
+
+def _machine(device: str) -> str:
+    """Where a drafter trained, for its card: "2 threads of <CPU model>" or the GPU's name."""
+    from reference_eagle4.device import device_name, resolve_device
+
+    dev = resolve_device(device)
+    n = torch.get_num_threads()
+    return device_name(dev) if dev.type == "cuda" else f"{n} thread{'s' * (n > 1)} of {device_name(dev)}"
 
 
 def export(drafter, folder: str | Path, info: dict[str, Any]) -> Path:
@@ -361,7 +375,7 @@ def model_card(drafter, info: dict[str, Any], sha: str) -> str:
         f"{info['regen']['max_new_tokens']} new "
         f"tokens), {info['response_tokens']} response tokens |",
         *rows,
-        f"| wall time | {info['wall_minutes']} min on a 2-core CPU ({info['seconds']}) |",
+        f"| wall time | {info['wall_minutes']} min on {info.get('machine', 'a 2-core CPU')} ({info['seconds']}) |",
     ]
     for k, v in info.get("measured", {}).items():
         lines.append(f"| {k} | {v} |")

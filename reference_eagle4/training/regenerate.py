@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import torch
+
 CREATIVE = ("text-to-video", "image-to-video", "text-to-image", "image-to-image")
 Chat = Callable[[dict[str, Any]], list[dict[str, str]]]
 
@@ -71,20 +73,27 @@ def done_ids(path: Path) -> set[str]:
     return ids
 
 
-def load_target(folder: Path, dtype: str = "auto", threads: int | None = None):
-    """(tokenizer, EOS ids, packed target in the machine's dtype) for decoding the pool."""
-    import torch
-    from transformers import AutoTokenizer
-
-    from reference_eagle4.device import resolve_dtype
+def packed_target(folder: str | Path, dtype: str = "auto", device: torch.device | str = "cpu"):
+    """The target with packed linears on `device` (auto, cpu, cuda, cuda:N), in `dtype` ("auto": the device's
+    own, `resolve_dtype`)."""
+    from reference_eagle4.device import resolve_device, resolve_dtype
     from reference_eagle4.linears import pack_linears
     from reference_eagle4.model import load_transformer
+
+    device = resolve_device(str(device))
+    return pack_linears(load_transformer(folder, resolve_dtype(dtype, device), device))
+
+
+def load_target(folder: Path, dtype: str = "auto", threads: int | None = None, device: torch.device | str = "cpu"):
+    """(tokenizer, EOS ids, packed target on `device` in its dtype) for decoding the pool."""
+    from transformers import AutoTokenizer
+
     from reference_eagle4.weights import eos_ids
 
     if threads:
         torch.set_num_threads(threads)
     tok = AutoTokenizer.from_pretrained(folder)
-    return tok, set(eos_ids(folder, tok)), pack_linears(load_transformer(folder, resolve_dtype(dtype)))
+    return tok, set(eos_ids(folder, tok)), packed_target(folder, dtype, device)
 
 
 def chat_ids(tok, chat: Chat, row: dict[str, Any]) -> list[int]:
@@ -94,7 +103,8 @@ def chat_ids(tok, chat: Chat, row: dict[str, Any]) -> list[int]:
 def regenerate(pool_path: str | Path, out_path: str | Path, target_folder: str | Path, chat: Chat, *,
                max_new_tokens: int = 256, concurrency: int = 8, seed: int = 0, limit: int | None = None,
                minutes: float | None = None, dtype: str = "auto", threads: int | None = None,
-               method: str = "vanilla", budget: int = 1, log: Callable[[str], None] = print) -> int:
+               method: str = "vanilla", budget: int = 1, device: torch.device | str = "cpu",
+               log: Callable[[str], None] = print) -> int:
     """Decode pool prompts with the target; return how many rows the output file holds afterwards."""
     from reference_eagle4.engine import Engine, GenerationConfig, Request
     from reference_eagle4.proposers import PROPOSERS
@@ -108,7 +118,7 @@ def regenerate(pool_path: str | Path, out_path: str | Path, target_folder: str |
     log(f"regenerate: {len(have)} rows done, {len(todo)} to go (pool {len(rows)})")
     if not todo:
         return len(have)
-    tok, eos, model = load_target(folder, dtype, threads)
+    tok, eos, model = load_target(folder, dtype, threads, device)
     by_id = {r["id"]: r for r in todo}
     deadline = time.time() + 60 * minutes if minutes else None
 

@@ -26,15 +26,18 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from reference_eagle4.device import resolve_dtype
+from reference_eagle4.device import resolve_device, resolve_dtype, upload
 from reference_eagle4.drafters.eagle4_model import Eagle4Config, Eagle4Drafter
 from reference_eagle4.training.store import is_sampled
+
+if TYPE_CHECKING:
+    from reference_eagle4.training.block import BlockObjective
 
 
 @dataclass
@@ -67,6 +70,7 @@ class TrainConfig:
     vocab: int | None = 32768         # draft vocabulary size (d2t, most teacher mass); None = full vocabulary
     threads: int | None = None
     dtype: str = "auto"              # the frozen head's matmuls: auto = bf16 with native CPU support, else fp32
+    device: str = "cpu"               # where the drafter trains: auto, cpu, cuda or cuda:N
     # dflash / dspark (training/block.py)
     block_size: int = 16
     layers: int = 2
@@ -124,8 +128,8 @@ def draft_index(d2t: Tensor | None, head: Tensor, vocab_size: int) -> tuple[Tens
     """(head rows of the draft vocabulary, target id -> draft index or -1); (head, None) for the full one."""
     if d2t is None:
         return head, None
-    t2d = torch.full((vocab_size,), -1, dtype=torch.long)
-    t2d[d2t] = torch.arange(d2t.numel())
+    t2d = torch.full((vocab_size,), -1, dtype=torch.long, device=head.device)
+    t2d[d2t] = torch.arange(d2t.numel(), device=head.device)
     return head[d2t].contiguous(), t2d
 
 
@@ -142,10 +146,12 @@ def split(samples: Sequence[dict[str, Any]], eval_frac: float) -> tuple[Sequence
 
 
 class TTT:
-    """The unrolled forward over one sample; shared by training and evaluation."""
+    """The unrolled forward over one sample; shared by training and evaluation. It runs on the device of
+    `embed`, where the drafter must be too; samples stay on the CPU and their tensors are uploaded per use."""
 
     def __init__(self, drafter: Eagle4Drafter, embed: Tensor, head: Tensor, cfg: TrainConfig):
         self.d, self.E, self.cfg = drafter, embed, cfg
+        self.device = embed.device
         c = drafter.cfg
         self.W, self.t2d = draft_index(drafter.d2t, head, c.vocab_size)
         self.rep = c.num_attention_heads // c.num_key_value_heads
@@ -167,10 +173,10 @@ class TTT:
         cfg, d = self.cfg, self.d
         T = tokens.numel()
         n = feats.shape[0]                           # pairs 0..n-1 serve as step-0 keys
-        Q = torch.arange(r0, r1)
+        Q = torch.arange(r0, r1, device=self.device)
         W = cfg.window
-        h0, q, K0, V0 = self._qkv(feats, tokens[1: n + 1], torch.arange(n), fuse=True)
-        key = torch.arange(n)
+        key = torch.arange(n, device=self.device)
+        h0, q, K0, V0 = self._qkv(feats, tokens[1: n + 1], key, fuse=True)
         diag_k: list[Tensor] = []
         diag_v: list[Tensor] = []
         g = h0[Q]
@@ -200,24 +206,24 @@ class TTT:
     def steps(self, s: dict[str, Any]) -> Iterator[tuple[int, Tensor, Tensor]]:
         """Yield (j, g_j at the rows whose prediction lies in the response, their teacher rows) for j = 0..;
         the teacher row indexes s["top_p"] / s["top_i"] (the target distribution at position t+1+j)."""
-        tokens = s["tokens"].long()
+        tokens = upload(s["tokens"], self.device).long()
         T, P = tokens.numel(), s["prompt_len"]
         r0 = max(P - 2, 0)
         r1 = min(T - 2, r0 + self.cfg.max_rows)      # rows r0..r1-1 (predict x_{t+2}, inside the response)
         if r1 <= r0:
             return
         n = min(T - 1, r1)
-        feats = s["feats"][:n].float().reshape(n, -1)
+        feats = upload(s["feats"][:n], self.device).float().reshape(n, -1)
         for j, Q, g in self.unroll(feats, tokens, r0, r1):
-            valid = Q + 2 + j <= T - 1               # rows whose predicted token x_{t+2+j} exists
-            if not bool(valid.any()):
+            valid = min(r1, T - 2 - j) - r0          # the first rows, whose predicted token x_{t+2+j} exists
+            if valid <= 0:
                 return
-            yield j, g[valid], Q[valid] + 1 + j - (P - 1)
+            yield j, g[:valid], Q[:valid] + 1 + j - (P - 1)
 
-    def run(self, s: dict[str, Any], stats: dict[str, list[float]] | None = None) -> Tensor:
+    def run(self, s: dict[str, Any], stats: dict[str, list[Tensor]] | None = None) -> Tensor:
         cfg, d = self.cfg, self.d
-        top_p, top_i = s["top_p"].float(), s["top_i"].long()
-        total = torch.zeros((), requires_grad=True)
+        top_p, top_i = upload(s["top_p"], self.device).float(), upload(s["top_i"], self.device).long()
+        total = torch.zeros((), requires_grad=True, device=self.device)
         for j, g, rows in self.steps(s):
             tp, ti = top_p[rows], top_i[rows]
             hn = d.norm(g)
@@ -233,10 +239,10 @@ class TTT:
             lj = per_row.mean()
             total = total + (cfg.decay ** j) * lj
             if stats is not None:
-                stats.setdefault(f"loss{j}", []).append(float(lj.detach()))
-                stats.setdefault(f"acc{j}", []).append(float((arg == ti[:, 0]).float().mean()))
+                stats.setdefault(f"loss{j}", []).append(lj.detach())
+                stats.setdefault(f"acc{j}", []).append((arg == ti[:, 0]).float().mean())
             if j == 0 and cfg.lowrank_weight > 0:
-                sub = torch.randperm(hn.shape[0])[: cfg.lowrank_rows]
+                sub = upload(torch.randperm(hn.shape[0])[: cfg.lowrank_rows], self.device)
                 h_sub = hn.detach()[sub]
                 with torch.no_grad():                      # [rows, draft vocab]: what the full head drafts from
                     full = (h_sub.to(self.W.dtype) @ self.W.T).float().softmax(-1)
@@ -246,11 +252,9 @@ class TTT:
                 if stats is not None:
                     K = d.cfg.topk_candidates
                     cand = sc.detach().topk(K, -1).indices
-                    stats.setdefault("lr_loss", []).append(float(ll.detach()))
-                    stats.setdefault("lr_recall", []).append(
-                        float((cand == ti[sub, :1]).any(-1).float().mean()))
-                    stats.setdefault("lr_recall_draft", []).append(
-                        float((cand == arg[sub, None]).any(-1).float().mean()))
+                    stats.setdefault("lr_loss", []).append(ll.detach())
+                    stats.setdefault("lr_recall", []).append((cand == ti[sub, :1]).any(-1).float().mean())
+                    stats.setdefault("lr_recall_draft", []).append((cand == arg[sub, None]).any(-1).float().mean())
         return total
 
 
@@ -331,18 +335,20 @@ def sampled(s: Any) -> bool:
     return is_sampled(str(s["id"]))
 
 
-def _mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs) if xs else float("nan")
+def _mean(xs: Sequence[Tensor]) -> float:
+    """The mean of logged values; the objectives log 0-d tensors, read here rather than where they are made,
+    so the device is not waited for inside a step."""
+    return sum(float(x) for x in xs) / len(xs) if xs else float("nan")
 
 
 @torch.no_grad()
 def evaluate(ttt: TTT, samples: list[dict[str, Any]]) -> dict[str, float]:
     """Mean metrics over `samples`. The rows an objective samples (block anchors, TTT rows) come from a fixed
     seed, so two drafters evaluated on the same records are scored on the same positions; the caller's random
-    stream is left as it was."""
-    stats: dict[str, list[float]] = {}
+    streams (the CPU's, and the GPU's the objective runs on) are left as they were."""
+    stats: dict[str, list[Tensor]] = {}
     ttt.d.eval()
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[ttt.device] if ttt.device.type == "cuda" else []):
         torch.manual_seed(0)
         for s in samples:
             ttt.run(s, stats)
@@ -363,6 +369,47 @@ def curve_point(ttt: TTT, at: int, state: dict[str, Any], held: Sequence[Any], t
 KINDS = ("eagle4", "dflash", "dspark")
 
 
+def target_weights(target) -> tuple[Tensor, Tensor]:
+    """The target's embedding (fp32) and lm_head ([V, H], its dtype), on the CPU: drafters are built there, so
+    a seed gives the same drafter whatever device trains it."""
+    head = getattr(target.lm_head, "weight", None)
+    head = head if head is not None else target.embed.weight
+    return target.embed.weight.detach().float().cpu(), head.detach().cpu()
+
+
+def make_objective(kind: str, target, cfg: TrainConfig, d2t: Tensor | None,
+                   device: torch.device) -> TTT | BlockObjective:
+    """A fresh drafter of `kind` (or cfg.init_from's) and its training objective, both on `device`: TTT for
+    eagle4, the block objective for dflash / dspark. The frozen head's matmuls run in cfg.dtype there."""
+    embed, head = target_weights(target)
+    if kind == "eagle4":
+        d = build_drafter(target.args, cfg, embed, head.float(), d2t)
+    else:
+        from reference_eagle4.training.block import build_block_drafter
+        d = build_block_drafter(target.args, cfg, kind, embed, head.float(), d2t)
+    embed = embed.to(device)
+    if device.type != "cpu":         # attach()'s shared weights are plain attributes, which .to() leaves behind
+        d = d.to(device).attach(embed, head.float().to(device))
+    head_w = head.to(device, resolve_dtype(cfg.dtype, device)).contiguous()
+    if kind == "eagle4":
+        return TTT(d, embed, head_w, cfg)
+    from reference_eagle4.training.block import BlockObjective
+    return BlockObjective(d, embed, head_w, cfg)
+
+
+def rng_state(device: torch.device) -> dict[str, Tensor]:
+    """The random streams a checkpoint keeps: the CPU's, and the GPU's when training on one."""
+    return {"rng": torch.get_rng_state(), **({"cuda_rng": torch.cuda.get_rng_state(device)}
+                                             if device.type == "cuda" else {})}
+
+
+def set_rng_state(ck: dict[str, Any], device: torch.device) -> None:
+    """Restore what `rng_state` kept (a checkpoint written on a GPU resumes on the CPU too)."""
+    torch.set_rng_state(ck["rng"])
+    if device.type == "cuda" and "cuda_rng" in ck:
+        torch.cuda.set_rng_state(ck["cuda_rng"], device)
+
+
 def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: TrainConfig, resume: bool = True,
           log: Callable[[str], None] = print, progress: bool = True,
           stop_after: int | None = None, kind: str = "eagle4") -> tuple[torch.nn.Module, dict[str, Any]]:
@@ -376,29 +423,21 @@ def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: Train
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    device = resolve_device(cfg.device)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     ckpt_path = out_dir / "ckpt.pt"
-    embed = target.embed.weight.detach().float()
-    head = getattr(target.lm_head, "weight", None)
-    head = (head if head is not None else target.embed.weight).detach()
     d2t = None
     if cfg.vocab and cfg.vocab < target.args.vocab_size:
-        ck_vocab = torch.load(ckpt_path, weights_only=False)["drafter"].get("d2t") \
+        ck_vocab = torch.load(ckpt_path, weights_only=False, map_location="cpu")["drafter"].get("d2t") \
             if resume and ckpt_path.exists() else None
         if ck_vocab is None and cfg.init_from:          # continued training keeps the drafter's vocabulary
             from reference_eagle4.drafters.dflash_model import load_dflash
             from reference_eagle4.drafters.eagle4_model import load_drafter
             ck_vocab = (load_drafter if kind == "eagle4" else load_dflash)(cfg.init_from).d2t
         d2t = ck_vocab if ck_vocab is not None else draft_vocab(samples, cfg.vocab, target.args.vocab_size)
-    head_w = head.to(resolve_dtype(cfg.dtype)).contiguous()
-    if kind == "eagle4":
-        d = build_drafter(target.args, cfg, embed, head.float(), d2t)
-        ttt = TTT(d, embed, head_w, cfg)
-    else:
-        from reference_eagle4.training.block import BlockObjective, build_block_drafter
-        d = build_block_drafter(target.args, cfg, kind, embed, head.float(), d2t)
-        ttt = BlockObjective(d, embed, head_w, cfg)
+    ttt = make_objective(kind, target, cfg, d2t, device)
+    d = ttt.d
     opt = _optimizer(d, cfg)
     train_set, eval_set = split(samples, cfg.eval_frac)
     if not train_set:
@@ -412,11 +451,11 @@ def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: Train
     state = {"step": 0, "epoch": 0, "cursor": 0, "total": total, "elapsed": 0.0, "history": [], "tokens": 0,
              "curve": []}
     if resume and ckpt_path.exists():
-        ck = torch.load(ckpt_path, weights_only=False)
+        ck = torch.load(ckpt_path, weights_only=False, map_location="cpu")
         d.load_state_dict(ck["drafter"])
-        opt.load_state_dict(ck["optimizer"])
+        opt.load_state_dict(ck["optimizer"])       # its state moves to the parameters' device
         state = {"tokens": 0, "curve": [], **ck["state"]}    # checkpoints from before the curve lack these
-        torch.set_rng_state(ck["rng"])
+        set_rng_state(ck, device)
         log(f"train: resumed at step {state['step']}/{state['total']} (epoch {state['epoch']}, "
             f"{state['elapsed']:.0f} s trained)")
     else:
@@ -432,9 +471,8 @@ def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: Train
 
     def save() -> None:
         tmp = ckpt_path.with_suffix(".tmp")
-        torch.save({"drafter": d.state_dict(), "optimizer": opt.state_dict(), "state": state,
-                    "rng": torch.get_rng_state(), "config": asdict(cfg),
-                    "drafter_config": d.cfg.to_json()}, tmp)
+        torch.save({"drafter": d.state_dict(), "optimizer": opt.state_dict(), "state": state, **rng_state(device),
+                    "config": asdict(cfg), "drafter_config": d.cfg.to_json()}, tmp)
         tmp.replace(ckpt_path)
 
     budget_s = cfg.minutes * 60 if cfg.minutes else float("inf")
@@ -445,7 +483,7 @@ def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: Train
     perm = order(state["epoch"])
     start_step = state["step"]
     t_mark = time.time()
-    window: dict[str, list[float]] = {}
+    window: dict[str, list[Tensor]] = {}
     bar = Progress(TextColumn(f"[bold]{kind} train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
                    TimeElapsedColumn(), TimeRemainingColumn(), disable=not progress)
     with bar:
@@ -514,6 +552,9 @@ def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: Train
         state["eval_sampled"] = evaluate(ttt, eval_sampled)
     save()
     log(f"train: done at step {state['step']} ({state['elapsed']:.0f} s); eval {json.dumps(metrics)}")
+    if device.type != "cpu":         # back on the CPU, as a loaded drafter is: exports hold CPU tensors
+        embed, head = target_weights(target)
+        d = d.cpu().attach(embed, head.float())
     d.eval().requires_grad_(False)
     if isinstance(d, Eagle4Drafter):
         d.lowrank_ready = True

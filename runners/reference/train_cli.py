@@ -14,6 +14,7 @@ from specbench.errors import SpecbenchError
 
 console = Console()
 REGEN_METHODS = ("ngram", "eagle4-harness", "vanilla")
+DEVICE_HELP = "Where the target {}: auto, cpu, cuda or cuda:N."
 
 
 def pool_chat(pool: Path) -> Callable[[dict[str, Any]], list[dict[str, str]]]:
@@ -78,6 +79,16 @@ def _token_counts(text: str) -> tuple[int, ...]:
     return counts
 
 
+def _device(name: str) -> str:
+    """A --device value as torch names it ("auto" resolved); one line naming the flag for one it cannot use."""
+    from reference_eagle4.device import resolve_device
+
+    try:
+        return str(resolve_device(name))
+    except ValueError as err:
+        raise SpecbenchError(f"--device {err}") from None
+
+
 def _target(target: str) -> Path:
     from reference_eagle4.weights import WeightsError, resolve_target
 
@@ -109,6 +120,7 @@ def data_generate(
     max_new_tokens: int = typer.Option(160, min=1, help="Longest response."),
     seed: int = typer.Option(0, help="Seeds prompt order and every request's sampling."),
     threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: all)."),
+    device: str = typer.Option("cpu", help=DEVICE_HELP.format("decodes")),
 ) -> None:
     """Decode the pool (greedy, then sampled rounds) into OUT/tokens; Ctrl-C loses only requests in flight.
 
@@ -117,6 +129,7 @@ def data_generate(
     from reference_eagle4.training.generate import GenPlan, generate
     from reference_eagle4.training.pipeline import _Log
 
+    dev = _device(device)
     if method not in REGEN_METHODS:
         raise SpecbenchError(f"--method {method!r}: choose one of {', '.join(REGEN_METHODS)}")
     plan = GenPlan(samples=samples, temperatures=_temperatures(temperatures), concurrency=concurrency,
@@ -125,7 +138,7 @@ def data_generate(
     out.mkdir(parents=True, exist_ok=True)
     with _pool_file(pool) as pool_path:
         generate(pool_path, out / "tokens", _target(target), pool_chat(pool_path), plan, threads=threads,
-                 log=_Log(out / "generate.log", echo=True))
+                 device=dev, log=_Log(out / "generate.log", echo=True))
 
 
 @data_app.command("features")
@@ -137,15 +150,17 @@ def data_features(
     shard: int = typer.Option(128, min=1, help="Records per shard (what an interruption can lose)."),
     minutes: Optional[float] = typer.Option(None, min=0.1, help="Stop after this many minutes of this call."),
     threads: Optional[int] = typer.Option(None, min=1, help="CPU threads (default: all)."),
+    device: str = typer.Option("cpu", help=DEVICE_HELP.format("runs")),
 ) -> None:
     """Teacher-forced features of every stored response not yet featurised, appended shard by shard."""
     from reference_eagle4.training.features import extract_to_store
     from reference_eagle4.training.pipeline import _Log
 
+    dev = _device(device)
     if not (out / "tokens" / "meta.json").exists():
         raise SpecbenchError(f"--out {out}: no token store at {out / 'tokens'} (run specbench train-data generate)")
     extract_to_store(out / "tokens", out / "features", _target(target), batch=batch, shard_records=shard,
-                     minutes=minutes, threads=threads, log=_Log(out / "features.log", echo=True))
+                     minutes=minutes, threads=threads, device=dev, log=_Log(out / "features.log", echo=True))
 
 
 def register(app: typer.Typer) -> None:
@@ -186,6 +201,8 @@ def register(app: typer.Typer) -> None:
         curve: str = typer.Option("", help="Comma-separated response-token counts, e.g. 120000,500000: each time "
                                   "training has read that many, evaluate held out and on greedy records already "
                                   "read (a one-pass learning curve; train.log and the model card)."),
+        device: str = typer.Option("cpu", help=DEVICE_HELP.format("regenerates and computes features, and "
+                                                                  "the drafter trains")),
     ) -> None:
         """Regenerate responses with the target, build teacher-forced features, and train a drafter.
 
@@ -196,6 +213,7 @@ def register(app: typer.Typer) -> None:
         """
         from reference_eagle4.training.train import KINDS
 
+        dev = _device(device)
         if drafter not in KINDS:
             raise SpecbenchError(f"--drafter {drafter!r}: choose one of {', '.join(KINDS)}")
         if regen_method not in REGEN_METHODS:
@@ -220,7 +238,8 @@ def register(app: typer.Typer) -> None:
             cfg = TrainConfig(init_from=str(init_from) if init_from else None, mlp_width=mlp_width, epochs=epochs,
                               curve_tokens=_token_counts(curve), **({"anchors": anchors} if anchors else {}))
             folder = train_drafter(drafter, out, pool, target, pool_chat(pool), minutes, steps, seed, resume,
-                                   threads=threads, regen_method=regen_method, train_config=cfg, data=data)
+                                   threads=threads, regen_method=regen_method, train_config=cfg, data=data,
+                                   device=dev)
         console.print(f"drafter: {folder}")
 
     @app.command()

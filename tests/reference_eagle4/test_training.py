@@ -182,6 +182,39 @@ def test_resume_after_interruption_is_exact(data, tmp_path):
         assert torch.allclose(a, b, atol=1e-6), n
 
 
+@pytest.mark.parametrize("kind", ["eagle4", "dspark"])
+def test_training_on_the_cpu_named_explicitly_is_the_default_bit_for_bit(data, tmp_path, kind):
+    t, samples = data
+    quiet = dict(log=lambda m: None, progress=False, resume=False, kind=kind)
+    default, a = train(samples, t, tmp_path / "a", tiny_cfg(steps=4, vocab=64, anchors=8, eval_frac=0.3), **quiet)
+    named, b = train(samples, t, tmp_path / "b", tiny_cfg(steps=4, vocab=64, anchors=8, eval_frac=0.3,
+                                                          device="cpu"), **quiet)
+    assert TrainConfig().device == "cpu" and a["eval"] == b["eval"]
+    assert default.state_dict().keys() == named.state_dict().keys()
+    for n, w in default.state_dict().items():
+        assert w.device.type == "cpu" and torch.equal(w, named.state_dict()[n]), n
+
+
+def test_a_checkpoint_written_on_a_gpu_resumes_on_the_cpu(data, tmp_path, monkeypatch):
+    """A GPU run's checkpoint also keeps the GPU's random state; the CPU resumes it exactly and leaves that out."""
+    t, samples = data
+    gpu_states: list[torch.Tensor] = []
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device="cuda": gpu_states.append(state))
+    straight, _ = train(samples, t, tmp_path / "a", tiny_cfg(steps=6), resume=False, log=lambda m: None,
+                        progress=False)
+    cfg = tiny_cfg(steps=6, ckpt_every_s=0.0)
+    train(samples, t, tmp_path / "b", cfg, resume=False, log=lambda m: None, progress=False, stop_after=2)
+    ck = torch.load(tmp_path / "b" / "ckpt.pt", weights_only=False)
+    assert set(ck) >= {"rng", "drafter", "optimizer"} and "cuda_rng" not in ck      # written on the CPU
+    ck["cuda_rng"] = torch.zeros(16, dtype=torch.uint8)
+    torch.save(ck, tmp_path / "b" / "ckpt.pt")
+    resumed, state = train(samples, t, tmp_path / "b", tiny_cfg(steps=6, device="cpu"), resume=True,
+                           log=lambda m: None, progress=False)
+    assert state["step"] == 6 and not gpu_states
+    for (n, a), (_, b) in zip(straight.state_dict().items(), resumed.state_dict().items()):
+        assert torch.equal(a, b), n
+
+
 def test_draft_vocabulary_training(data, tmp_path):
     t, samples = data
     vocab = draft_vocab(samples, 64, t.args.vocab_size)

@@ -40,6 +40,7 @@ def test_train_two_kinds_share_data_and_export(tiny_target, tmp_path):
     assert d.is_dspark and d.cfg.block_size == 16
     card = (out / "dspark" / "drafter" / "README.md").read_text()
     assert card.startswith("# DSpark drafter") and "5 prompts from `pool.jsonl`" in card
+    assert " min on 1 thread of " in card                  # where it trained (--threads 1, the CPU's model)
     regen = json.loads((out / "eagle4" / "drafter" / "config.json").read_text())["training"]["regen"]
     assert regen["decoding"] == "greedy (vanilla)"
     # continued training of the exported drafter, on the same data: the card says where it started
@@ -123,7 +124,7 @@ def test_train_data_generates_greedy_and_sampled_responses_and_resumes_with_feat
     p, out = pool(tmp_path / "pool"), tmp_path / "data"
     gen = ["train-data", "generate", "--target", str(tiny_target), "--pool", str(p), "--out", str(out),
            "--samples", "2", "--temperatures", "0.8", "--concurrency", "4", "--max-new-tokens", "6",
-           "--threads", "1"]
+           "--threads", "1", "--device", "cpu"]
     res = runner.invoke(app, [*gen, "--tokens", "20"])
     assert res.exit_code == 0, res.output
     first = TokenStore(out / "tokens")
@@ -136,7 +137,7 @@ def test_train_data_generates_greedy_and_sampled_responses_and_resumes_with_feat
     assert keys == sorted(f"p{i}#{tag}" for i in range(5) for tag in ("g", "s1", "s2"))
     assert {e["temperature"] for e in store.entries} == {0.0, 0.8}
     feat = ["train-data", "features", "--target", str(tiny_target), "--out", str(out), "--batch", "3",
-            "--shard", "4", "--threads", "1"]
+            "--shard", "4", "--threads", "1", "--device", "cpu"]
     res = runner.invoke(app, feat)
     assert res.exit_code == 0, res.output
     samples = FeatureStore(out / "features").samples()
@@ -172,3 +173,15 @@ def test_train_data_bad_input_is_one_clear_line(tmp_path):
     assert str(res.exception) == "--curve '5k': comma-separated token counts, e.g. 120000,500000"
     res = runner.invoke(app, ["train", "--data", str(tmp_path), "--out", str(tmp_path)])
     assert isinstance(res.exception, SpecbenchError) and "no feature store" in str(res.exception)
+
+
+def test_a_device_it_cannot_use_is_one_clear_line_on_every_training_command(tmp_path):
+    commands = (["train"], ["train-data", "generate"], ["train-data", "features"])
+    for command in commands:
+        res = runner.invoke(app, [*command, "--device", "gpu", "--out", str(tmp_path)])
+        assert isinstance(res.exception, SpecbenchError), (command, res.output)
+        assert str(res.exception) == "--device 'gpu': choose auto, cpu, cuda or cuda:N"
+        res = runner.invoke(app, [*command, "--device", "cuda:99", "--out", str(tmp_path)])
+        assert isinstance(res.exception, SpecbenchError) and str(res.exception).startswith("--device 'cuda:99': ")
+        assert "\n" not in str(res.exception)
+    assert not list(tmp_path.iterdir())              # refused before anything was written
