@@ -198,6 +198,10 @@ def register(app: typer.Typer) -> None:
         anchors: Optional[int] = typer.Option(None, min=1, help="dflash/dspark only: blocks per sample and "
                                               "optimizer step (default 32); more reuse each context forward for "
                                               "more training signal per step."),
+        gamma: Optional[float] = typer.Option(None, min=0.1, help="dflash/dspark only: block row k's loss weight "
+                                              "is exp(-(k-1)/GAMMA) (default 7.0); smaller puts more of the "
+                                              "signal on the first drafts, which decide most of the accepted "
+                                              "length."),
         curve: str = typer.Option("", help="Comma-separated response-token counts, e.g. 120000,500000: each time "
                                   "training has read that many, evaluate held out and on greedy records already "
                                   "read (a one-pass learning curve; train.log and the model card)."),
@@ -226,6 +230,9 @@ def register(app: typer.Typer) -> None:
             raise SpecbenchError(f"--mlp-width: only for --drafter eagle4, not {drafter}")
         if anchors is not None and drafter == "eagle4":
             raise SpecbenchError("--anchors: only for --drafter dflash or dspark (eagle4 trains on every position)")
+        if gamma is not None and drafter == "eagle4":
+            raise SpecbenchError("--gamma: only for --drafter dflash or dspark (eagle4 weighs its steps by "
+                                 "TrainConfig.decay)")
         if data is not None and not (data / "features" / "meta.json").exists():
             raise SpecbenchError(f"--data {data}: no feature store at {data / 'features'} "
                                  "(run specbench train-data generate, then train-data features)")
@@ -236,7 +243,8 @@ def register(app: typer.Typer) -> None:
         with resources.as_file(resources.files("specbench.bundled") / "train-pool.jsonl") as bundled:
             pool = pool or bundled
             cfg = TrainConfig(init_from=str(init_from) if init_from else None, mlp_width=mlp_width, epochs=epochs,
-                              curve_tokens=_token_counts(curve), **({"anchors": anchors} if anchors else {}))
+                              curve_tokens=_token_counts(curve), **({"anchors": anchors} if anchors else {}),
+                              **({"gamma": gamma} if gamma else {}))
             folder = train_drafter(drafter, out, pool, target, pool_chat(pool), minutes, steps, seed, resume,
                                    threads=threads, regen_method=regen_method, train_config=cfg, data=data,
                                    device=dev)

@@ -57,11 +57,12 @@ def test_train_two_kinds_share_data_and_export(tiny_target, tmp_path):
     # a block drafter continued on the same data: its card gives the starting drafter's agreement too
     res = runner.invoke(app, ["train", "--drafter", "dspark", "--init-from", str(out / "dspark" / "drafter"),
                               *common[:-6], "--out", str(tmp_path / "more"), "--steps", "2", "--threads", "1",
-                              "--anchors", "8"])
+                              "--anchors", "8", "--gamma", "3"])
     assert res.exit_code == 0, res.output
     card = (tmp_path / "more" / "dspark" / "drafter" / "README.md").read_text()
     assert "the same, for the drafter it started from | row-1 top-1 agreement 0." in card
     assert "| training | initialised from `" in card and " 8 anchored blocks per sample" in card
+    assert "row weights exp(-(k-1)/3.0)" in card
     state = json.loads((out / "state.json").read_text())
     assert {"regen", "train-eagle4", "train-dspark"} <= set(state["seconds"])
 
@@ -102,10 +103,11 @@ def test_mlp_width_is_refused_for_block_drafters(tmp_path):
     assert str(res.exception) == "--mlp-width: only for --drafter eagle4, not dflash"
 
 
-def test_anchors_are_refused_for_eagle4(tmp_path):
-    res = runner.invoke(app, ["train", "--drafter", "eagle4", "--anchors", "64", "--out", str(tmp_path)])
-    assert isinstance(res.exception, SpecbenchError)
-    assert str(res.exception).startswith("--anchors: only for --drafter dflash or dspark")
+def test_block_options_are_refused_for_eagle4(tmp_path):
+    for flag, value in (("--anchors", "64"), ("--gamma", "3")):
+        res = runner.invoke(app, ["train", "--drafter", "eagle4", flag, value, "--out", str(tmp_path)])
+        assert isinstance(res.exception, SpecbenchError)
+        assert str(res.exception).startswith(f"{flag}: only for --drafter dflash or dspark")
 
 
 def test_init_from_must_be_a_drafter_of_a_kind_that_can_start_this_one(tmp_path):
