@@ -382,14 +382,15 @@ def make_objective(kind: str, target, cfg: TrainConfig, d2t: Tensor | None,
     """A fresh drafter of `kind` (or cfg.init_from's) and its training objective, both on `device`: TTT for
     eagle4, the block objective for dflash / dspark. The frozen head's matmuls run in cfg.dtype there."""
     embed, head = target_weights(target)
+    head32 = head.float()
     if kind == "eagle4":
-        d = build_drafter(target.args, cfg, embed, head.float(), d2t)
+        d = build_drafter(target.args, cfg, embed, head32, d2t)
     else:
         from reference_eagle4.training.block import build_block_drafter
-        d = build_block_drafter(target.args, cfg, kind, embed, head.float(), d2t)
+        d = build_block_drafter(target.args, cfg, kind, embed, head32, d2t)
     embed = embed.to(device)
     if device.type != "cpu":         # attach()'s shared weights are plain attributes, which .to() leaves behind
-        d = d.to(device).attach(embed, head.float().to(device))
+        d = d.to(device).attach(embed, head32.to(device))
     head_w = head.to(device, resolve_dtype(cfg.dtype, device)).contiguous()
     if kind == "eagle4":
         return TTT(d, embed, head_w, cfg)
