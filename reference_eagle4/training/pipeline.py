@@ -296,7 +296,8 @@ def _summary(drafter, info: dict[str, Any]) -> tuple[str, str, list[str]]:
     """(title, architecture paragraph, kind-specific table rows) for the model card."""
     c, tc = drafter.cfg, info["train_config"]
     ev = info.get("eval", {})
-    epochs = f"{info['epochs']} full epoch" + ("" if info["epochs"] == 1 else "s")
+    epochs = (f"{info['tokens_read']:,} response tokens read" if info.get("tokens_read")
+              else f"{info['epochs']} full epoch" + ("" if info["epochs"] == 1 else "s"))
     if info.get("kind", "eagle4") == "eagle4":
         def accs(metrics: dict[str, float]) -> str:
             return ", ".join(f"step {k[3:]}: {v:.3f}" for k, v in metrics.items() if k.startswith("acc"))

@@ -154,6 +154,7 @@ def test_train_data_generates_greedy_and_sampled_responses_and_resumes_with_feat
     assert "| learning curve in one pass (greedy step-0 agreement) |" in card
     info = json.loads((tmp_path / "train" / "eagle4" / "drafter" / "config.json").read_text())["training"]
     assert [p["at"] for p in info["curve"]] == [5, 10] and info["tokens_read"] >= 10
+    assert f"{info['steps']} steps ({info['tokens_read']:,} response tokens read)" in card   # not "0 full epochs"
     res = runner.invoke(app, ["train", "--drafter", "dflash", "--target", str(tiny_target), "--data", str(out),
                               "--out", str(tmp_path / "train"), "--steps", "2", "--threads", "1"])
     assert res.exit_code == 0, res.output
