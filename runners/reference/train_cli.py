@@ -199,9 +199,9 @@ def register(app: typer.Typer) -> None:
                                               "optimizer step (default 32); more reuse each context forward for "
                                               "more training signal per step."),
         gamma: Optional[float] = typer.Option(None, min=0.1, help="dflash/dspark only: block row k's loss weight "
-                                              "is exp(-(k-1)/GAMMA) (default 7.0); smaller puts more of the "
+                                              "is exp(-(k-1)/GAMMA) (default 2.0); smaller puts more of the "
                                               "signal on the first drafts, which decide most of the accepted "
-                                              "length."),
+                                              "length (7.0, DFlash's, trained slower here: BENCHMARKS.md)."),
         curve: str = typer.Option("", help="Comma-separated response-token counts, e.g. 120000,500000: each time "
                                   "training has read that many, evaluate held out and on greedy records already "
                                   "read (a one-pass learning curve; train.log and the model card)."),
