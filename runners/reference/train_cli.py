@@ -202,6 +202,10 @@ def register(app: typer.Typer) -> None:
                                               "is exp(-(k-1)/GAMMA) (default 2.0); smaller puts more of the "
                                               "signal on the first drafts, which decide most of the accepted "
                                               "length (7.0, DFlash's, trained slower here: BENCHMARKS.md)."),
+        lr: Optional[float] = typer.Option(None, min=1e-7, help="Peak learning rate, reached after a warm-up and "
+                                           "decayed to a tenth by the end (default 0.002). Continuing a drafter "
+                                           "that already finished its decay wants less: a short run re-warmed to "
+                                           "0.002 loses agreement (BENCHMARKS.md)."),
         curve: str = typer.Option("", help="Comma-separated response-token counts, e.g. 120000,500000: each time "
                                   "training has read that many, evaluate held out and on greedy records already "
                                   "read (a one-pass learning curve; train.log and the model card)."),
@@ -242,9 +246,9 @@ def register(app: typer.Typer) -> None:
 
         with resources.as_file(resources.files("specbench.bundled") / "train-pool.jsonl") as bundled:
             pool = pool or bundled
+            given = {"anchors": anchors, "gamma": gamma, "lr": lr}
             cfg = TrainConfig(init_from=str(init_from) if init_from else None, mlp_width=mlp_width, epochs=epochs,
-                              curve_tokens=_token_counts(curve), **({"anchors": anchors} if anchors else {}),
-                              **({"gamma": gamma} if gamma else {}))
+                              curve_tokens=_token_counts(curve), **{k: v for k, v in given.items() if v is not None})
             folder = train_drafter(drafter, out, pool, target, pool_chat(pool), minutes, steps, seed, resume,
                                    threads=threads, regen_method=regen_method, train_config=cfg, data=data,
                                    device=dev)
