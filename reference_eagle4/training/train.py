@@ -75,7 +75,7 @@ class TrainConfig:
     block_size: int = 16
     layers: int = 2
     anchors: int = 32                 # blocks per sample and optimizer step
-    gamma: float = 2.0                # row k's loss weight exp(-(k-1)/gamma); 7.0 trained slower here
+    gamma: float = 2.0                # row k's loss weight exp(-(k-1)/gamma): the first rows decide acceptance
     markov_rank: int = 64             # dspark's Markov head rank
     confidence_weight: float = 1.0
     init_from: str | None = None      # a trained drafter folder to continue from (eagle4: same shape and draft

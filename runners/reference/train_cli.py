@@ -202,8 +202,9 @@ def register(app: typer.Typer) -> None:
                                               "is exp(-(k-1)/GAMMA) (default 2.0); smaller puts more of the "
                                               "signal on the first drafts, which decide most of the accepted "
                                               "length (7.0, DFlash's, trained slower here: BENCHMARKS.md)."),
-        lr: Optional[float] = typer.Option(None, min=1e-7, help="Peak learning rate, reached after a warm-up and "
-                                           "decayed to a tenth by the end (default 0.002). Continuing a drafter "
+        lr: Optional[float] = typer.Option(None, min=1e-7, help="Peak learning rate of the drafter (eagle4's "
+                                           "low-rank head keeps its own), reached after a warm-up and decayed to a "
+                                           "tenth by the end (default 0.002). Continuing a drafter "
                                            "that already finished its decay wants less: a short run re-warmed to "
                                            "0.002 loses agreement (BENCHMARKS.md)."),
         curve: str = typer.Option("", help="Comma-separated response-token counts, e.g. 120000,500000: each time "
