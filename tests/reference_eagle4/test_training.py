@@ -239,10 +239,14 @@ def test_continued_training_starts_where_the_saved_drafter_ended(data, tmp_path)
     emb, head = t.embed.weight.detach(), t.lm_head.weight.detach()
     start = build_drafter(t.args, cfg, emb, head, first.d2t)
     head = head.to(resolve_dtype(cfg.dtype))        # the head dtype train() evaluates with on this machine
+    saved = first.state_dict()
+    assert all(torch.equal(v, saved[k]) for k, v in start.state_dict().items())
+    # Metrics match to rounding only: some CPUs (AMD EPYC, torch 2.13) pick a kernel by the weights'
+    # requires_grad, which train() leaves off on the drafter it returns and on while it trains.
     before = evaluate(TTT(first, emb, head, cfg), samples)
-    assert evaluate(TTT(start, emb, head, cfg), samples) == before
+    assert evaluate(TTT(start, emb, head, cfg), samples) == pytest.approx(before, abs=1e-3)
     second, st2 = train(samples, t, tmp_path / "b", cfg, **quiet)
-    assert st2["eval_start"] == before              # the starting point, reported on the same split
+    assert st2["eval_start"] == pytest.approx(before, abs=1e-3)     # the starting point, on the same split
     assert torch.equal(second.d2t, first.d2t)
     assert st2["eval"]["loss0"] < st1["eval"]["loss0"]
     with pytest.raises(ValueError, match="rank differ"):
