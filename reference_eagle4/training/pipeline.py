@@ -256,7 +256,8 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train",
         "response_tokens": n_tok, "steps": state["step"], "epochs": state["epoch"],
         "seconds": stage_secs, "wall_minutes": round(sum(stage_secs.values()) / 60, 1),
         "eval": state.get("eval", {}), "eval_start": state.get("eval_start", {}), "train_config": asdict(cfg),
-        "eval_sampled": state.get("eval_sampled", {}), "tokens_read": state["tokens"],
+        "eval_sampled": state.get("eval_sampled", {}), "eval_seen": state.get("eval_seen", {}),
+        "tokens_read": state["tokens"],
         "curve": state["curve"],
         "regen": {
             "max_new_tokens": max_new_tokens, "concurrency": concurrency, "decoding": decoding,
@@ -319,6 +320,9 @@ def _summary(drafter, info: dict[str, Any]) -> tuple[str, str, list[str]]:
             rows.insert(2, f"| the same, for the drafter it continued from | {accs(info['eval_start'])} |")
         if info.get("eval_sampled"):
             rows.insert(2, f"| the same on sampled held-out responses | {accs(info['eval_sampled'])} |")
+        if info.get("eval_seen"):
+            rows.insert(2, f"| the same on {info['eval_seen']['rows']} greedy training responses it read (a gap "
+                           f"to held out = too little data) | {accs(info['eval_seen'])} |")
         if info.get("curve"):
             points = "; ".join(f"{p['tokens']} tokens read: held out {p['held_out'].get('acc0', float('nan')):.3f}, "
                                f"seen {p['seen'].get('acc0', float('nan')):.3f}" for p in info["curve"])
@@ -346,6 +350,9 @@ def _summary(drafter, info: dict[str, Any]) -> tuple[str, str, list[str]]:
             f"| held-out accepted drafts per block (greedy, teacher-forced) | {ev.get('al', float('nan')):.2f} |"]
     if info.get("eval_start"):
         rows.insert(3, f"| the same, for the drafter it started from | {block(info['eval_start'])} |")
+    if info.get("eval_seen"):
+        rows.insert(3, f"| the same on {info['eval_seen']['rows']} greedy training responses it read (a gap to "
+                       f"held out = too little data) | {block(info['eval_seen'])} |")
     if dspark:
         rows.append(f"| held-out confidence BCE | {ev.get('conf_bce', float('nan')):.3f} |")
     return f"{'DSpark' if dspark else 'DFlash'} drafter for {info['target']}", about, rows

@@ -356,12 +356,20 @@ def evaluate(ttt: TTT, samples: list[dict[str, Any]]) -> dict[str, float]:
     return {k: round(_mean(v), 4) for k, v in sorted(stats.items())}
 
 
+def read_greedy(train_set: Sequence[Any], perm: list[int], state: dict[str, Any],
+                rows: int = 64) -> list[Any]:
+    """Up to `rows` greedy training responses this run has read: the current pass's first, then, once a whole
+    pass is done, any. Agreement on them beside the held-out figure separates too little data (a wide gap: the
+    drafter fits what it read) from too little capacity or compute (no gap: it fits neither)."""
+    order = perm[: state["cursor"]] + (perm[state["cursor"]:] if state["epoch"] > 0 else [])
+    return list(islice((s for s in (train_set[i] for i in order) if not sampled(s)), rows))
+
+
 def curve_point(ttt: TTT, at: int, state: dict[str, Any], held: Sequence[Any], train_set: Sequence[Any],
-                perm: list[int], seen_rows: int = 64) -> dict[str, Any]:
+                perm: list[int]) -> dict[str, Any]:
     """One learning-curve point: agreement on the greedy held-out responses and on greedy training responses
-    this pass has already read (their gap separates too little data from too little capacity)."""
-    read = (train_set[i] for i in perm[: state["cursor"]])
-    seen = list(islice((s for s in read if not sampled(s)), seen_rows))
+    this pass has already read (`read_greedy`)."""
+    seen = read_greedy(train_set, perm, state)
     return {"at": at, "tokens": state["tokens"], "step": state["step"], "held_out": evaluate(ttt, held),
             "seen": evaluate(ttt, seen) if seen else {}, "seen_rows": len(seen)}
 
@@ -443,6 +451,7 @@ def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: Train
     train_set, eval_set = split(samples, cfg.eval_frac)
     if not train_set:
         train_set = samples
+    held_apart = bool(eval_set)
     if not eval_set:                     # nothing held out: report on (part of) the training data
         eval_set = train_set[:16]
     # decoding is greedy: the headline agreement is on greedy held-out responses, sampled ones beside it
@@ -551,6 +560,10 @@ def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: Train
     state["eval"] = metrics
     if eval_sampled:
         state["eval_sampled"] = evaluate(ttt, eval_sampled)
+    seen = read_greedy(train_set, perm, state)
+    if seen and held_apart:
+        state["eval_seen"] = {**evaluate(ttt, seen), "rows": len(seen)}
+        log(f"train: on {len(seen)} greedy training responses it read {json.dumps(state['eval_seen'])}")
     save()
     log(f"train: done at step {state['step']} ({state['elapsed']:.0f} s); eval {json.dumps(metrics)}")
     if device.type != "cpu":         # back on the CPU, as a loaded drafter is: exports hold CPU tensors

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -164,6 +165,23 @@ def test_one_pass_reads_every_training_record_once_and_logs_its_learning_curve(d
     for p in state["curve"]:
         assert p["tokens"] >= p["at"] and 0 < p["seen_rows"] <= p["step"]
         assert set(p["held_out"]) >= {"acc0", "loss0"} and set(p["seen"]) >= {"acc0", "loss0"}
+
+
+def test_a_drafter_that_memorises_its_few_records_shows_the_gap_to_held_out(data, tmp_path):
+    """eval_seen (greedy training responses the run read) beside held out tells too little data apart."""
+    t, samples = data
+    from reference_eagle4.training.train import split
+    from reference_eagle4.training.pipeline import _summary
+    cfg = tiny_cfg(steps=40, eval_frac=0.3)
+    d, state = train(samples, t, tmp_path, cfg, resume=False, log=lambda m: None, progress=False)
+    assert state["eval_seen"]["rows"] == len(split(samples, 0.3)[0])     # 9 records, all read, all greedy
+    assert state["eval_seen"]["acc0"] > state["eval"]["acc0"] + 0.3
+    assert state["eval_seen"]["loss0"] < state["eval"]["loss0"] / 2
+    info = {"train_config": asdict(cfg), "tokens_read": state["tokens"], "epochs": state["epoch"], "steps": 40,
+            "eval": state["eval"], "eval_seen": state["eval_seen"], "target": "tiny"}
+    row = f"| the same on 9 greedy training responses it read (a gap to held out = too little data) | step 0: " \
+          f"{state['eval_seen']['acc0']:.3f}, "
+    assert row in "\n".join(_summary(d, info)[2])
 
 
 def test_resume_after_interruption_is_exact(data, tmp_path):
