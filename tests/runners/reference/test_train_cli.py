@@ -4,6 +4,8 @@ regenerated data and the features; each kind exports a loadable drafter with a m
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -163,6 +165,12 @@ def test_train_data_generates_greedy_and_sampled_responses_and_resumes_with_feat
     assert f"{len(samples)} responses to 5 prompts of `pool.jsonl` (`{out}`)" in card
     assert f"{tokens} response tokens" in card
     assert "greedy + sampled (specbench train-data)" in card
+    # tools/drafter_fit.py needs held-out greedy responses: this pool holds none out, and it says so in one line
+    fit = subprocess.run([sys.executable, str(ROOT / "tools" / "drafter_fit.py"), "--drafter",
+                          str(tmp_path / "train" / "eagle4" / "drafter"), "--data", str(out), "--target",
+                          str(tiny_target)], capture_output=True, text=True)
+    assert fit.returncode == 1 and fit.stderr.strip().splitlines() == [
+        f"drafter_fit: --data {out}: no greedy held-out responses"]
 
 
 def test_train_data_bad_input_is_one_clear_line(tmp_path):
