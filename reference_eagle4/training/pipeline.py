@@ -321,8 +321,8 @@ def _summary(drafter, info: dict[str, Any]) -> tuple[str, str, list[str]]:
         if info.get("eval_sampled"):
             rows.insert(2, f"| the same on sampled held-out responses | {accs(info['eval_sampled'])} |")
         if info.get("eval_seen"):
-            rows.insert(2, f"| the same on {info['eval_seen']['rows']} greedy training responses it read (a gap "
-                           f"to held out = too little data) | {accs(info['eval_seen'])} |")
+            rows.insert(2, f"| the same on {info['eval_seen']['rows']} greedy training responses this run read | "
+                           f"{accs(info['eval_seen'])} |")
         if info.get("curve"):
             points = "; ".join(f"{p['tokens']} tokens read: held out {p['held_out'].get('acc0', float('nan')):.3f}, "
                                f"seen {p['seen'].get('acc0', float('nan')):.3f}" for p in info["curve"])
@@ -351,8 +351,8 @@ def _summary(drafter, info: dict[str, Any]) -> tuple[str, str, list[str]]:
     if info.get("eval_start"):
         rows.insert(3, f"| the same, for the drafter it started from | {block(info['eval_start'])} |")
     if info.get("eval_seen"):
-        rows.insert(3, f"| the same on {info['eval_seen']['rows']} greedy training responses it read (a gap to "
-                       f"held out = too little data) | {block(info['eval_seen'])} |")
+        rows.insert(3, f"| the same on {info['eval_seen']['rows']} greedy training responses this run read | "
+                       f"{block(info['eval_seen'])} |")
     if dspark:
         rows.append(f"| held-out confidence BCE | {ev.get('conf_bce', float('nan')):.3f} |")
     return f"{'DSpark' if dspark else 'DFlash'} drafter for {info['target']}", about, rows

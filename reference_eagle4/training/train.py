@@ -359,8 +359,9 @@ def evaluate(ttt: TTT, samples: list[dict[str, Any]]) -> dict[str, float]:
 def read_greedy(train_set: Sequence[Any], perm: list[int], state: dict[str, Any],
                 rows: int = 64) -> list[Any]:
     """Up to `rows` greedy training responses this run has read: the current pass's first, then, once a whole
-    pass is done, any. Agreement on them beside the held-out figure separates too little data (a wide gap: the
-    drafter fits what it read) from too little capacity or compute (no gap: it fits neither)."""
+    pass is done, any. Agreement on them beside the held-out figure shows how much of what the run fits carries
+    over to unseen prompts (responses read minutes ago score above older ones: `tools/drafter_fit.py` draws
+    training responses at random instead)."""
     order = perm[: state["cursor"]] + (perm[state["cursor"]:] if state["epoch"] > 0 else [])
     return list(islice((s for s in (train_set[i] for i in order) if not sampled(s)), rows))
 
