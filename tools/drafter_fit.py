@@ -58,10 +58,14 @@ def main() -> None:
             sys.exit(f"drafter_fit: {what}: {path} does not exist")
     torch.set_num_threads(a.threads)
     from reference_eagle4.model import load_transformer
-    from reference_eagle4.weights import resolve_target
+    from reference_eagle4.weights import WeightsError, resolve_target
 
     try:
-        obj = objective(a.kind, folder, load_transformer(resolve_target(a.target), torch.float32))
+        target = load_transformer(resolve_target(a.target), torch.float32)
+    except WeightsError as e:
+        sys.exit(f"drafter_fit: --target: {e}")
+    try:
+        obj = objective(a.kind, folder, target)
     except (ValueError, KeyError) as e:
         sys.exit(f"drafter_fit: --drafter {folder}: not a {a.kind} drafter ({e})")
     train_set, held = FeatureStore(a.data / "features").samples().split(obj.cfg.eval_frac)
