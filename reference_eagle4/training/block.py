@@ -26,7 +26,7 @@ from torch import Tensor
 
 from reference_eagle4.device import upload
 from reference_eagle4.drafters.dflash_model import DFlashConfig, DFlashDrafter
-from reference_eagle4.training.train import HeadSoftCE, TrainConfig, draft_index
+from reference_eagle4.training.train import HeadSoftCE, TrainConfig, draft_index, teacher
 
 
 class BlockObjective:
@@ -70,15 +70,10 @@ class BlockObjective:
         h = self.block_hidden(s, anchors)[:, 1:]                # rows k = 1 .. B-1
         tgt = anchors[:, None] + torch.arange(1, Bk)[None]      # position of the token row k drafts
         valid = upload(tgt <= T - 1, dev)
-        teacher = (tgt - 1 - (P - 1)).clamp(max=s["top_p"].shape[0] - 1)
-        tp = upload(s["top_p"][teacher], dev).float()           # [n_a, B-1, topk]
-        ti = upload(s["top_i"][teacher], dev).long()
-        if self.t2d is not None:
-            ti = self.t2d[ti]
-            tp = tp * (ti >= 0)
-            valid = valid & (ti[..., 0] >= 0)                   # teacher argmax outside the vocabulary: masked
-            ti = ti.clamp(min=0)
-            tp = tp / tp.sum(-1, keepdim=True).clamp(min=1e-9)
+        rows_at = (tgt - 1 - (P - 1)).clamp(max=s["top_p"].shape[0] - 1)     # their teacher rows
+        tp, ti, keep = teacher(upload(s["top_p"][rows_at], dev).float(),     # [n_a, B-1, topk]
+                               upload(s["top_i"][rows_at], dev).long(), self.t2d, cfg.teacher_temp)
+        valid = valid & keep                                    # teacher argmax outside the vocabulary: masked
         hn = d.norm(h)
         W = self.W
         pe = None

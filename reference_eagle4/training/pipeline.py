@@ -293,6 +293,14 @@ def export(drafter, folder: str | Path, info: dict[str, Any]) -> Path:
     return folder
 
 
+def objective(tc: dict[str, Any]) -> str:
+    """The loss a training config names, for the model card (`teacher` in train.py)."""
+    temp = tc.get("teacher_temp", 1.0)
+    if temp == 0:
+        return "cross-entropy vs the target's argmax (hard labels)"
+    return "soft CE vs the target's top-32 distribution" + ("" if temp == 1 else f" at temperature {temp:g}")
+
+
 def _summary(drafter, info: dict[str, Any]) -> tuple[str, str, list[str]]:
     """(title, architecture paragraph, kind-specific table rows) for the model card."""
     c, tc = drafter.cfg, info["train_config"]
@@ -310,9 +318,8 @@ def _summary(drafter, info: dict[str, Any]) -> tuple[str, str, list[str]]:
                  f"(W = {c.window}) and a low-rank candidate head (rank {c.rank}, K = {c.topk_candidates} exact rows).")
         start = (f"continued from `{tc['init_from']}` (model.safetensors sha256 `{info['init_from_sha256'][:16]}…`); "
                  if tc.get("init_from") else "")
-        rows = [f"| training | {start}TTT {tc['ttt_steps']} unrolled steps, soft CE vs the target's top-32 "
-                f"distribution, weights {tc['decay']}^j; AdamW lr {tc['lr']}; {info['steps']} steps ({epochs}), "
-                f"seed {tc['seed']} |",
+        rows = [f"| training | {start}TTT {tc['ttt_steps']} unrolled steps, {objective(tc)}, weights "
+                f"{tc['decay']}^j; AdamW lr {tc['lr']}; {info['steps']} steps ({epochs}), seed {tc['seed']} |",
                 f"| held-out top-1 agreement with the target | {acc or 'n/a'} |",
                 f"| low-rank recall@K (held out) | target argmax {ev.get('lr_recall', float('nan')):.3f}, "
                 f"drafter argmax {ev.get('lr_recall_draft', float('nan')):.3f} |"]
@@ -343,8 +350,8 @@ def _summary(drafter, info: dict[str, Any]) -> tuple[str, str, list[str]]:
         return (f"row-1 top-1 agreement {metrics.get('acc1', float('nan')):.3f}, accepted drafts per block "
                 f"{metrics.get('al', float('nan')):.2f}")
 
-    rows = [f"| training | {start}{tc['anchors']} anchored blocks per sample, soft CE vs the target's top-32 "
-            f"distribution, row weights exp(-(k-1)/{tc['gamma']}); AdamW lr {tc['lr']}; {info['steps']} steps "
+    rows = [f"| training | {start}{tc['anchors']} anchored blocks per sample, {objective(tc)}, "
+            f"row weights exp(-(k-1)/{tc['gamma']}); AdamW lr {tc['lr']}; {info['steps']} steps "
             f"({epochs}), seed {tc['seed']} |",
             f"| held-out row-1 top-1 agreement | {ev.get('acc1', float('nan')):.3f} |",
             f"| held-out accepted drafts per block (greedy, teacher-forced) | {ev.get('al', float('nan')):.2f} |"]

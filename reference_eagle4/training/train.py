@@ -5,8 +5,8 @@ Per sample (prompt + regenerated response, features from features.py):
   step j: row t takes step j-1's pre-norm output at row t and token_{t+1+j}, at position t+j; it sees the
           step-0 keys at positions <= t inside the window (p > t+j-W) plus only the DIAGONAL keys of steps
           1..j at row t (its own chain), exactly what a depth-j node sees at draft time.
-  loss:   soft cross-entropy against the target's next-token distribution (top-k cached), on rows whose
-          predicted token lies in the response; total = sum_j 0.8^j L_j.
+  loss:   soft cross-entropy against the target's next-token distribution (top-k cached, optionally
+          sharpened: `teacher`), on rows whose predicted token lies in the response; total = sum_j 0.8^j L_j.
   head:   the low-rank factors A, B get their own loss on the (detached) normed drafter states:
           cross-entropy of softmax((h A) B) against the drafter's own full-head distribution, which keeps
           the token the full head would draft among the low-rank top-K that serving scores exactly. Recall@K
@@ -75,6 +75,7 @@ class TrainConfig:
     block_size: int = 16
     layers: int = 2
     anchors: int = 32                 # blocks per sample and optimizer step
+    teacher_temp: float = 1.0         # the teacher's temperature (`teacher`): below 1 sharpens it, 0 = hard labels
     gamma: float = 2.0                # row k's loss weight exp(-(k-1)/gamma): the first rows decide acceptance
     markov_rank: int = 64             # dspark's Markov head rank
     confidence_weight: float = 1.0
@@ -111,6 +112,29 @@ class HeadSoftCE(torch.autograd.Function):
         grad = grad.to(W.dtype)
         g_w = (grad.T @ hn.to(W.dtype)) if ctx.needs_input_grad[1] else None
         return (grad @ W).to(ctx.hn_dtype), g_w, None, None
+
+
+def teacher(tp: Tensor, ti: Tensor, t2d: Tensor | None, temp: float = 1.0) -> tuple[Tensor, Tensor, Tensor]:
+    """(probabilities, draft ids, keep): the teacher rows a drafter learns from, out of the target's cached
+    top-k (tp [..., k] probabilities of the target ids ti, best first).
+
+    With a draft vocabulary (t2d: target id -> draft index or -1) the ids are mapped into it and the mass
+    outside it dropped; a row whose argmax lies outside is not kept (EAGLE-3 masks it). Then the rows are
+    sharpened: tp^(1/temp) renormalised, temp = 0 the argmax alone (hard labels). Greedy verification accepts
+    only the target's argmax, so a sharper teacher spends the drafter's capacity on that token rather than on
+    the shape of the tail."""
+    keep = torch.ones(ti.shape[:-1], dtype=torch.bool, device=ti.device)
+    if t2d is not None:
+        ti = t2d[ti]
+        tp = tp * (ti >= 0)
+        keep = ti[..., 0] >= 0
+        ti = ti.clamp(min=0)
+    if temp == 0:
+        tp = torch.zeros_like(tp)
+        tp[..., 0] = 1.0
+    elif temp != 1:
+        tp = tp ** (1.0 / temp)
+    return tp / tp.sum(-1, keepdim=True).clamp(min=1e-9), ti, keep
 
 
 def draft_vocab(samples: list[dict[str, Any]], size: int, vocab_size: int) -> Tensor:
@@ -225,16 +249,12 @@ class TTT:
         top_p, top_i = upload(s["top_p"], self.device).float(), upload(s["top_i"], self.device).long()
         total = torch.zeros((), requires_grad=True, device=self.device)
         for j, g, rows in self.steps(s):
-            tp, ti = top_p[rows], top_i[rows]
+            tp, ti, keep = teacher(top_p[rows], top_i[rows], self.t2d, cfg.teacher_temp)
             hn = d.norm(g)
-            if self.t2d is not None:         # teacher restricted to the draft vocabulary, renormalised
-                ti = self.t2d[ti]
-                tp = tp * (ti >= 0)
-                keep = ti[:, 0] >= 0         # rows whose teacher argmax is outside are masked (EAGLE-3)
+            if self.t2d is not None:
                 if not bool(keep.any()):
                     continue
-                hn, tp, ti = hn[keep], tp[keep], ti[keep].clamp(min=0)
-                tp = tp / tp.sum(-1, keepdim=True)
+                hn, tp, ti = hn[keep], tp[keep], ti[keep]
             per_row, arg = HeadSoftCE.apply(hn, self.W, tp, ti)
             lj = per_row.mean()
             total = total + (cfg.decay ** j) * lj

@@ -207,6 +207,10 @@ def register(app: typer.Typer) -> None:
                                            "tenth by the end (default 0.002). Continuing a drafter "
                                            "that already finished its decay wants less: a short run re-warmed to "
                                            "0.002 loses agreement (BENCHMARKS.md)."),
+        teacher_temp: float = typer.Option(1.0, min=0.0, help="The teacher's temperature: the target's top-32 "
+                                           "probabilities raised to 1/T and renormalised; below 1 sharpens them "
+                                           "towards the argmax greedy decoding accepts, 0 trains on the argmax "
+                                           "alone (hard labels). Default 1: the target's distribution as is."),
         curve: str = typer.Option("", help="Comma-separated response-token counts, e.g. 120000,500000: each time "
                                   "training has read that many, evaluate held out and on greedy records already "
                                   "read (a one-pass learning curve; train.log and the model card)."),
@@ -247,7 +251,7 @@ def register(app: typer.Typer) -> None:
 
         with resources.as_file(resources.files("specbench.bundled") / "train-pool.jsonl") as bundled:
             pool = pool or bundled
-            given = {"anchors": anchors, "gamma": gamma, "lr": lr}
+            given = {"anchors": anchors, "gamma": gamma, "lr": lr, "teacher_temp": teacher_temp}
             cfg = TrainConfig(init_from=str(init_from) if init_from else None, mlp_width=mlp_width, epochs=epochs,
                               curve_tokens=_token_counts(curve), **{k: v for k, v in given.items() if v is not None})
             folder = train_drafter(drafter, out, pool, target, pool_chat(pool), minutes, steps, seed, resume,

@@ -21,7 +21,7 @@ from reference_eagle4.proposers import PROPOSERS  # noqa: E402
 from reference_eagle4.training import regenerate as regen  # noqa: E402
 from reference_eagle4.training.features import prefix_groups, teacher_pass  # noqa: E402
 from reference_eagle4.training.train import (  # noqa: E402
-    TTT, HeadSoftCE, TrainConfig, build_drafter, draft_vocab, evaluate, train)
+    TTT, HeadSoftCE, TrainConfig, build_drafter, draft_vocab, evaluate, teacher, train)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -129,6 +129,39 @@ def test_fused_head_loss_matches_autograd():
     ref_grad, = torch.autograd.grad(ref.sum(), hn)
     assert torch.allclose(loss, ref, atol=1e-4) and torch.equal(arg, z.argmax(-1))
     assert torch.allclose(grad, ref_grad, atol=1e-4)
+
+
+def test_the_teacher_is_sharpened_towards_the_argmax_and_kept_inside_the_draft_vocabulary():
+    tp = torch.tensor([[0.5, 0.3, 0.2], [0.6, 0.3, 0.1]])
+    ti = torch.tensor([[4, 7, 9], [2, 4, 7]])
+    t2d = torch.full((10,), -1)
+    t2d[torch.tensor([4, 7, 9])] = torch.tensor([0, 1, 2])           # target id 2 is outside the draft vocabulary
+    p1, i1, keep = teacher(tp, ti, t2d)
+    assert keep.tolist() == [True, False]                              # row 2's argmax cannot be drafted
+    assert torch.equal(i1[0], torch.tensor([0, 1, 2])) and torch.allclose(p1[0], tp[0])
+    assert torch.allclose(p1[1], torch.tensor([0.0, 0.75, 0.25]))     # the mass on id 2 dropped, renormalised
+    half, _, _ = teacher(tp, ti, None, 0.5)
+    assert torch.allclose(half[0], torch.tensor([25.0, 9.0, 4.0]) / 38.0)
+    assert half[0, 0] > tp[0, 0] and torch.equal(half.argmax(-1), tp.argmax(-1))
+    hard, i0, keep = teacher(tp, ti, None, 0.0)
+    assert torch.equal(hard, torch.tensor([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]])) and torch.equal(i0, ti)
+    assert keep.all()
+
+
+def test_hard_labels_train_the_drafter_on_the_argmax_alone(data, tmp_path):
+    """teacher_temp = 0: the step-0 loss is the cross-entropy of the target's argmax, so a drafter that puts
+    all its mass there scores zero (soft CE keeps the teacher's entropy as its floor)."""
+    t, samples = data
+    emb, head = t.embed.weight.detach(), t.lm_head.weight.detach()
+    hard, soft = tiny_cfg(steps=1, teacher_temp=0.0), tiny_cfg(steps=1)
+    d = build_drafter(t.args, soft, emb, head)
+    got = {name: evaluate(TTT(d, emb, head.to(torch.bfloat16), c), samples) for name, c in
+           (("hard", hard), ("soft", soft))}
+    assert got["hard"]["acc0"] == got["soft"]["acc0"]                  # the same drafter, the same argmax
+    assert got["hard"]["loss0"] != pytest.approx(got["soft"]["loss0"], abs=1e-3)
+    _, state = train(samples, t, tmp_path, tiny_cfg(steps=20, teacher_temp=0.0), resume=False,
+                     log=lambda m: None, progress=False)
+    assert state["eval"]["acc0"] >= got["hard"]["acc0"] and state["eval"]["loss0"] < got["hard"]["loss0"] - 0.3
 
 
 def tiny_cfg(**kw) -> TrainConfig:

@@ -59,12 +59,13 @@ def test_train_two_kinds_share_data_and_export(tiny_target, tmp_path):
     # a block drafter continued on the same data: its card gives the starting drafter's agreement too
     res = runner.invoke(app, ["train", "--drafter", "dspark", "--init-from", str(out / "dspark" / "drafter"),
                               *common[:-6], "--out", str(tmp_path / "more"), "--steps", "2", "--threads", "1",
-                              "--anchors", "8", "--gamma", "3", "--lr", "0.0005"])
+                              "--anchors", "8", "--gamma", "3", "--lr", "0.0005", "--teacher-temp", "0.5"])
     assert res.exit_code == 0, res.output
     card = (tmp_path / "more" / "dspark" / "drafter" / "README.md").read_text()
     assert "the same, for the drafter it started from | row-1 top-1 agreement 0." in card
     assert "| training | initialised from `" in card and " 8 anchored blocks per sample" in card
     assert "row weights exp(-(k-1)/3.0)" in card and "AdamW lr 0.0005;" in card
+    assert "soft CE vs the target's top-32 distribution at temperature 0.5," in card
     state = json.loads((out / "state.json").read_text())
     assert {"regen", "train-eagle4", "train-dspark"} <= set(state["seconds"])
 
