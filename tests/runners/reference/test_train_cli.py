@@ -3,6 +3,7 @@ regenerated data and the features; each kind exports a loadable drafter with a m
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -172,6 +173,25 @@ def test_train_data_generates_greedy_and_sampled_responses_and_resumes_with_feat
                           str(tiny_target)], capture_output=True, text=True)
     assert fit.returncode == 1 and fit.stderr.strip().splitlines() == [
         f"drafter_fit: --data {out}: no greedy held-out responses"]
+    fit = subprocess.run([sys.executable, str(ROOT / "tools" / "drafter_fit.py"), "--drafter",
+                          str(tmp_path / "train" / "eagle4" / "drafter"), "--data", str(out), "--against",
+                          str(tmp_path / "nowhere")], capture_output=True, text=True)
+    assert fit.returncode == 1 and fit.stderr.strip().splitlines() == [
+        f"drafter_fit: --against: {tmp_path / 'nowhere' / 'config.json'} does not exist"]
+
+
+def test_drafter_fit_tells_a_one_point_gain_from_noise():
+    spec = importlib.util.spec_from_file_location("drafter_fit", ROOT / "tools" / "drafter_fit.py")
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    base = [{"acc0": 0.4 + 0.01 * (i % 7), "acc1": 0.3, "loss0": 2.0} for i in range(90)]
+    better = [{**r, "acc0": r["acc0"] + 0.01} for r in base]
+    noisy = [{**r, "acc0": r["acc0"] + (0.05 if i % 2 else -0.05)} for i, r in enumerate(base)]
+    d = fit.paired(better, base)
+    assert set(d) == {"acc0", "acc1"}                  # agreement only, not losses
+    assert d["acc0"] == [0.01, 0.01, 0.01] and d["acc1"] == [0.0, 0.0, 0.0]
+    mean, lo, hi = fit.paired(noisy, base)["acc0"]
+    assert lo < 0 < hi and abs(mean) < 0.01           # a spread of +-0.05 a response: no difference shown
 
 
 def test_train_data_bad_input_is_one_clear_line(tmp_path):
