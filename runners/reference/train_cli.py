@@ -210,7 +210,8 @@ def register(app: typer.Typer) -> None:
         teacher_temp: float = typer.Option(1.0, min=0.0, help="The teacher's temperature: the target's top-32 "
                                            "probabilities raised to 1/T and renormalised; below 1 sharpens them "
                                            "towards the argmax greedy decoding accepts, 0 trains on the argmax "
-                                           "alone (hard labels). Default 1: the target's distribution as is."),
+                                           "alone (hard labels). Default 1: the target's distribution as is; 0.5 and "
+                                           "0 trained no better (BENCHMARKS.md)."),
         curve: str = typer.Option("", help="Comma-separated response-token counts, e.g. 120000,500000: each time "
                                   "training has read that many, evaluate held out and on greedy records already "
                                   "read (a one-pass learning curve; train.log and the model card)."),
