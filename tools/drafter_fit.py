@@ -59,6 +59,11 @@ def paired(a: list[dict[str, float]], b: list[dict[str, float]], draws: int = 20
     return out
 
 
+def mean(rows: list[dict[str, float]]) -> dict[str, float]:
+    """The figures of `evaluate(obj, samples)` from each sample's own `evaluate(obj, [sample])`."""
+    return {k: round(sum(r[k] for r in rows) / len(rows), 4) for k in rows[0]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -85,6 +90,7 @@ def main() -> None:
         target = load_transformer(resolve_target(a.target), torch.float32)
     except WeightsError as e:
         sys.exit(f"drafter_fit: --target: {e}")
+
     def load(flag: str, path: Path):
         try:
             return objective(a.kind, path, target)
@@ -100,12 +106,14 @@ def main() -> None:
     if not held or not seen:
         sys.exit(f"drafter_fit: --data {a.data}: no greedy {'held-out' if not held else 'training'} responses")
     t0 = time.time()
-    out = {"drafter": str(folder), "data": str(a.data), "held_out": {**evaluate(obj, held), "rows": len(held)},
+    mine = [evaluate(obj, [s]) for s in held] if other else None       # per response, for the paired figures
+    out = {"drafter": str(folder), "data": str(a.data),
+           "held_out": {**(mean(mine) if mine else evaluate(obj, held)), "rows": len(held)},
            "training": {**evaluate(obj, seen[: a.rows]), "rows": len(seen[: a.rows])}}
-    if other is not None:
-        out["against"] = {"drafter": str(a.against), "held_out": evaluate(other, held),
-                          "difference_held_out": paired([evaluate(obj, [s]) for s in held],
-                                                        [evaluate(other, [s]) for s in held])}
+    if other is not None and mine:
+        theirs = [evaluate(other, [s]) for s in held]
+        out["against"] = {"drafter": str(a.against), "held_out": mean(theirs),
+                          "difference_held_out": paired(mine, theirs)}
     out["seconds"] = round(time.time() - t0)
     print(json.dumps(out))
 
