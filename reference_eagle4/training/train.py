@@ -286,6 +286,12 @@ def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * prog))
 
 
+def planned_total(step: int, per_step_s: float, left_s: float) -> int:
+    """The step count a time-budgeted run plans its schedule for: the steps done plus those the time left
+    allows at the measured pace, with 3% to spare, so the cosine reaches its floor as the budget runs out."""
+    return step + max(2, int(left_s / per_step_s * 0.97))
+
+
 def build_drafter(target_args, cfg: TrainConfig, embed: Tensor, head: Tensor,
                   d2t: Tensor | None = None) -> Eagle4Drafter:
     torch.manual_seed(cfg.seed)
@@ -511,9 +517,10 @@ def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: Train
     last_ckpt = time.time()
     if state["total"] is None and not cfg.minutes:
         raise ValueError("give steps or minutes")
+    timed = not (cfg.steps or cfg.epochs)                 # the time budget sets the step count
     perm = order(state["epoch"])
     start_step = state["step"]
-    t_mark = time.time()
+    t_mark, mark = time.time(), 0
     window: dict[str, list[Tensor]] = {}
     bar = Progress(TextColumn(f"[bold]{kind} train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
                    TimeElapsedColumn(), TimeRemainingColumn(), disable=not progress)
@@ -552,15 +559,19 @@ def train(samples: list[dict[str, Any]], target, out_dir: str | Path, cfg: Train
                 if state["tokens"] >= at and all(p["at"] != at for p in state["curve"]):
                     state["curve"].append(curve_point(ttt, at, state, eval_set, train_set, perm))
                     log(f"train: curve {json.dumps(state['curve'][-1])}")
-            if total is None and state["step"] == start_step + 8:
-                # fix the schedule from the measured speed (steps 3..8: past the first-call warm-up)
-                per = (time.time() - t_mark) / 6
-                left = budget_s - (time.time() - t_start)
-                state["total"] = state["step"] + max(2, int(left / per * 0.97))
-                log(f"train: {per:.2f} s/step measured -> {state['total']} steps in the time budget")
+            done = state["step"] - start_step
+            if timed and done >= 8 and (done - 8) % 50 == 0:
+                # plan the schedule from the recent pace (first steps 3..8, past the first-call warm-up), again
+                # every 50 steps: a few early steps misjudge it, and a run cut by the budget mid-cosine ends with
+                # its learning rate still high
+                per = (time.time() - t_mark) / (done - mark)
+                state["total"] = planned_total(state["step"], per, budget_s - (time.time() - t_start))
+                if done == 8:
+                    log(f"train: {per:.2f} s/step measured -> {state['total']} steps in the time budget")
                 bar.update(task, total=state["total"])
-            if state["step"] == start_step + 2:
-                t_mark = time.time()
+                t_mark, mark = time.time(), done
+            if done == 2:
+                t_mark, mark = time.time(), done
             key = "loss0" if kind == "eagle4" else "loss"
             acc = "acc0" if kind == "eagle4" else "acc1"
             info = f"{key} {_mean(window.get(key, [])[-20:]):.3f} {acc} {_mean(window.get(acc, [])[-20:]):.3f}"

@@ -21,7 +21,7 @@ from reference_eagle4.proposers import PROPOSERS  # noqa: E402
 from reference_eagle4.training import regenerate as regen  # noqa: E402
 from reference_eagle4.training.features import prefix_groups, teacher_pass  # noqa: E402
 from reference_eagle4.training.train import (  # noqa: E402
-    TTT, HeadSoftCE, TrainConfig, build_drafter, draft_vocab, evaluate, teacher, train)
+    TTT, HeadSoftCE, TrainConfig, build_drafter, draft_vocab, evaluate, lr_at, teacher, train)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -214,6 +214,28 @@ def test_a_drafter_that_memorises_its_few_records_shows_the_gap_to_held_out(data
             "eval": state["eval"], "eval_seen": state["eval_seen"], "target": "tiny"}
     row = f"| the same on 9 greedy training responses this run read | step 0: {state['eval_seen']['acc0']:.3f}, "
     assert row in "\n".join(_summary(d, info)[2])
+
+
+def test_a_time_budgeted_run_whose_first_steps_are_fast_still_ends_its_schedule_at_the_budget(data, tmp_path,
+                                                                                            monkeypatch):
+    """Steps that slow down after the first few (longer records, a busy machine) must not leave the run cut
+    by its budget with the learning rate still high: the planned step count follows the pace."""
+    import time as clock
+
+    t, samples = data
+    calls = {"n": 0}
+    run = TTT.run
+
+    def slowing(self, s, stats=None):
+        calls["n"] += 1
+        clock.sleep(0.002 if calls["n"] <= 20 else 0.03)
+        return run(self, s, stats)
+
+    monkeypatch.setattr(TTT, "run", slowing)
+    cfg = tiny_cfg(minutes=0.1, accum=1)
+    _, state = train(samples, t, tmp_path, cfg, resume=False, log=lambda m: None, progress=False)
+    assert 100 < state["step"] <= state["total"] <= state["step"] + 5       # not cut mid-schedule
+    assert lr_at(state["step"] - 1, state["total"], cfg) < 1.5 * cfg.min_lr_ratio
 
 
 def test_resume_after_interruption_is_exact(data, tmp_path):
