@@ -25,19 +25,32 @@ from reference_eagle4.training.lowrank import distil, load_ttt, recall, states  
 from reference_eagle4.training.store import FeatureStore  # noqa: E402
 
 
+def store_folder(ap: argparse.ArgumentParser, path: Path, flag: str) -> Path:
+    """The feature store at `path`, or in the `specbench train-data` folder's features/; else a one-line error."""
+    for folder in (path, path / "features"):
+        if (folder / "meta.json").exists():
+            return folder
+    ap.error(f"{flag} {path}: no feature store there (run `specbench train-data features --out {path}` first)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--drafter", type=Path, default=ROOT / "reference_eagle4/drafters/smollm2-135m-eagle4")
     ap.add_argument("--target", default="smollm2-135m")
-    ap.add_argument("--features", type=Path, required=True, help="feature store measured (its held-out rows)")
+    ap.add_argument("--features", type=Path, required=True,
+                    help="feature store measured (its held-out rows): a `specbench train-data` folder or its features/")
     ap.add_argument("--all-rows", action="store_true", help="measure on every row of --features, not the held-out")
     ap.add_argument("--ks", default="32,64,128,256")
-    ap.add_argument("--distil-from", type=Path, help="feature store whose training rows A, B are distilled on")
+    ap.add_argument("--distil-from", type=Path, help="feature store (as --features) whose training rows A, B are "
+                                                     "distilled on")
     ap.add_argument("--rows", type=int, default=60000, help="most training states used for distillation")
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--out", type=Path, help="save the distilled drafter here")
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
+    for flag in ("features", "distil_from"):
+        if getattr(a, flag) is not None:
+            setattr(a, flag, store_folder(ap, getattr(a, flag), "--" + flag.replace("_", "-")))
     torch.set_num_threads(a.threads)
     from reference_eagle4.model import load_transformer
     from reference_eagle4.weights import resolve_target

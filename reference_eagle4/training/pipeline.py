@@ -331,9 +331,10 @@ def _summary(drafter, info: dict[str, Any]) -> tuple[str, str, list[str]]:
             rows.insert(2, f"| the same on {info['eval_seen']['rows']} greedy training responses this run read | "
                            f"{accs(info['eval_seen'])} |")
         if info.get("curve"):
-            points = "; ".join(f"{p['tokens']} tokens read: held out {p['held_out'].get('acc0', float('nan')):.3f}, "
+            points = "; ".join(f"{p['tokens']:,} tokens read: held out {p['held_out'].get('acc0', float('nan')):.3f}, "
                                f"seen {p['seen'].get('acc0', float('nan')):.3f}" for p in info["curve"])
-            rows.append(f"| learning curve in one pass (greedy step-0 agreement) | {points} |")
+            rows.append("| learning curve (greedy step-0 agreement; seen = greedy training responses already read) "
+                        f"| {points} |")
         return f"EAGLE-4 drafter for {info['target']}", about, rows
     dspark = c.markov_rank > 0
     about = (f"A {'DSpark' if dspark else 'DFlash'} block drafter: {c.num_layers} Llama-shaped layers whose keys and "

@@ -155,7 +155,7 @@ def test_train_data_generates_greedy_and_sampled_responses_and_resumes_with_feat
                               str(tmp_path / "train"), "--epochs", "1", "--curve", "5,10", "--threads", "1"])
     assert res.exit_code == 0, res.output
     card = (tmp_path / "train" / "eagle4" / "drafter" / "README.md").read_text()
-    assert "| learning curve in one pass (greedy step-0 agreement) |" in card
+    assert "| learning curve (greedy step-0 agreement; seen = greedy training responses already read) |" in card
     info = json.loads((tmp_path / "train" / "eagle4" / "drafter" / "config.json").read_text())["training"]
     assert [p["at"] for p in info["curve"]] == [5, 10] and info["tokens_read"] >= 10
     assert f"{info['steps']} steps ({info['tokens_read']:,} response tokens read)" in card   # not "0 full epochs"
@@ -192,6 +192,21 @@ def test_drafter_fit_tells_a_one_point_gain_from_noise():
     assert d["acc0"] == [0.01, 0.01, 0.01] and d["acc1"] == [0.0, 0.0, 0.0]
     mean, lo, hi = fit.paired(noisy, base)["acc0"]
     assert lo < 0 < hi and abs(mean) < 0.01           # a spread of +-0.05 a response: no difference shown
+
+
+def test_lowrank_head_tool_reads_a_train_data_folder_and_names_the_flag_when_there_is_no_store(tmp_path):
+    spec = importlib.util.spec_from_file_location("lowrank_head", ROOT / "tools" / "lowrank_head.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    (tmp_path / "data" / "features").mkdir(parents=True)
+    (tmp_path / "data" / "features" / "meta.json").write_text("{}")
+    ap = tool.argparse.ArgumentParser()
+    assert tool.store_folder(ap, tmp_path / "data", "--features") == tmp_path / "data" / "features"
+    res = subprocess.run([sys.executable, str(ROOT / "tools" / "lowrank_head.py"), "--features", str(tmp_path)],
+                         capture_output=True, text=True)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines()[-1].endswith(f"--features {tmp_path}: no feature store there (run "
+                                                       f"`specbench train-data features --out {tmp_path}` first)")
 
 
 def test_train_data_bad_input_is_one_clear_line(tmp_path):
