@@ -251,7 +251,7 @@ def train_drafter(kind: str = "eagle4", out_dir: str | Path = "runs/train",
     n_tok = sum(len(s["tokens"]) - s["prompt_len"] for s in samples)
     stage_secs = {k: round(v) for k, v in secs.items() if not k.startswith("train") or k == f"train-{kind}"}
     info = {
-        "kind": kind, "target": target, "target_weights_sha256": weights_sha256(folder), "pool": str(pool),
+        "kind": kind, "target": target, "target_weights_sha256": weights_sha256(folder), "pool": pool.name,
         "samples": len(samples), "prompts": prompts, "data": None if data is None else str(data),
         "response_tokens": n_tok, "steps": state["step"], "epochs": state["epoch"],
         "seconds": stage_secs, "wall_minutes": round(sum(stage_secs.values()) / 60, 1),

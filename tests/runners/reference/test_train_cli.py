@@ -44,8 +44,9 @@ def test_train_two_kinds_share_data_and_export(tiny_target, tmp_path):
     card = (out / "dspark" / "drafter" / "README.md").read_text()
     assert card.startswith("# DSpark drafter") and "5 prompts from `pool.jsonl`" in card
     assert " min on 1 thread of " in card                  # where it trained (--threads 1, the CPU's model)
-    regen = json.loads((out / "eagle4" / "drafter" / "config.json").read_text())["training"]["regen"]
-    assert regen["decoding"] == "greedy (vanilla)"
+    training = json.loads((out / "eagle4" / "drafter" / "config.json").read_text())["training"]
+    assert training["regen"]["decoding"] == "greedy (vanilla)"
+    assert training["pool"] == "pool.jsonl"                # no path of the machine it trained on
     # continued training of the exported drafter, on the same data: the card says where it started
     # with a wider MLP: the card names the width
     width = 2 * load_drafter(out / "eagle4" / "drafter").cfg.intermediate_size
