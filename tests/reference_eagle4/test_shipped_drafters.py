@@ -11,12 +11,12 @@ from reference_eagle4.drafters import (DEFAULT_DFLASH, DEFAULT_DSPARK, DEFAULT_E
                                       load_drafter)
 from reference_eagle4.weights import sha256_file
 
-SHIPPED = {"eagle4": DEFAULT_EAGLE4, "dflash": DEFAULT_DFLASH, "dspark": DEFAULT_DSPARK}
+DEFAULTS = {"eagle4": DEFAULT_EAGLE4, "dflash": DEFAULT_DFLASH, "dspark": DEFAULT_DSPARK}
 
 
-@pytest.mark.parametrize("kind", sorted(SHIPPED))
+@pytest.mark.parametrize("kind", sorted(DEFAULTS))
 def test_card_names_the_checkpoint_beside_it(kind):
-    folder = SHIPPED[kind]["smollm2-135m"]
+    folder = DEFAULTS[kind]["smollm2-135m"]
     card = (folder / "README.md").read_text()
     named = re.search(r"\| model\.safetensors sha256 \| `([0-9a-f]{64})` \|", card)
     assert named, f"{folder}/README.md: no 'model.safetensors sha256' row"
@@ -25,9 +25,9 @@ def test_card_names_the_checkpoint_beside_it(kind):
         assert f"\n| {row} |" in card, f"{folder}/README.md: no '{row}' row"
 
 
-@pytest.mark.parametrize("kind", sorted(SHIPPED))
+@pytest.mark.parametrize("kind", sorted(DEFAULTS))
 def test_shipped_folder_loads_as_its_kind(kind):
-    folder = SHIPPED[kind]["smollm2-135m"]
+    folder = DEFAULTS[kind]["smollm2-135m"]
     if kind == "eagle4":
         assert isinstance(load_drafter(folder), Eagle4Drafter)
     else:
