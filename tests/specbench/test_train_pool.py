@@ -16,7 +16,7 @@ from specbench.dataset import default_system_prompt_id, system_prompts
 
 ROOT = Path(__file__).resolve().parents[2]
 POOL = ROOT / "data" / "train-pool.jsonl"
-CREATIVE_RANGE = (250, 600)       # text-to-video holds VBench's undrawn prompts beside the written ones
+CREATIVE_RANGE = (250, 700)       # text-to-video holds VBench's and ComfyUI's prompts beside the written ones
 GENERAL_RANGE = (60, 250)         # code holds HumanEval's
 
 
@@ -31,6 +31,7 @@ def load_tool(name):
 ps = load_tool("pool_similarity")
 train_pool = load_tool("train_pool")
 draw_package_prompts = load_tool("draw_package_prompts")
+comfyui_pool_rows = load_tool("comfyui_pool_rows")
 
 
 @pytest.fixture(scope="module")
@@ -161,5 +162,43 @@ def test_package_rows_are_the_undrawn_prompts_with_their_license(tmp_path, bench
 def test_pool_package_rows_name_their_set_and_license(pool):
     package = [row for row in pool if row["origin"] == "package"]
     assert package
-    assert {(row["source_dataset"], row["license"]) for row in package} == {("vbench", "apache-2.0"),
-                                                                          ("humaneval", "mit")}
+    assert {(row["source_dataset"], row["license"]) for row in package} == {
+        ("vbench", "apache-2.0"), ("humaneval", "mit"), ("comfyui-workflow-templates", "mit")}
+
+
+def test_comfyui_rows_are_the_prompts_of_image_and_video_templates_that_need_no_input(tmp_path):
+    """Prompt nodes of text-to-image and video templates become rows (subgraphs included, each prompt once);
+    edit templates, negative and note nodes, model ids and prompts that name an input image do not."""
+    def workflow(*nodes):
+        return json.dumps({"nodes": list(nodes)})
+
+    def node(text, kind="CLIPTextEncode", title=None):
+        return {"type": kind, "title": title, "widgets_values": [text, 7]}
+
+    index = [{"type": "image", "templates": [{"name": "t2i", "tags": ["Text to Image"]},
+                                             {"name": "edit", "tags": ["Image Edit"]},
+                                             {"name": "i2v", "tags": ["Image to Video"]}]},
+             {"type": "video", "templates": [{"name": "t2v", "tags": ["Video"]}]},
+             {"type": "audio", "templates": [{"name": "song", "tags": ["Text to Audio"]}]}]
+    root = comfyui_pool_rows.TEMPLATES
+    wheel = tmp_path / "comfy.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(root + "index.json", json.dumps(index))
+        archive.writestr(root + "t2i.json", workflow(
+            node("a red fox asleep in fresh snow, soft morning light"),
+            node("worst quality, blurry, extra fingers", title="Negative"),
+            node("Read this note before you run the workflow please", kind="MarkdownNote"),
+            node("black-forest-labs/flux-2-dev"),
+            node("a red fox asleep in fresh snow, soft morning light"),
+            {"type": "subgraph", "definitions": {"subgraphs": [{"nodes": [
+                node("a lighthouse on a cliff in a storm at night, waves breaking")]}]}}))
+        archive.writestr(root + "edit.json", workflow(node("make the sky purple and add two moons please")))
+        archive.writestr(root + "i2v.json", workflow(node("the woman in image 1 turns and waves at the camera"),
+                                                     node("a paper boat drifts down a rainy street gutter")))
+        archive.writestr(root + "t2v.json", workflow(node("a drone shot over a misty pine forest at dawn")))
+        archive.writestr(root + "song.json", workflow(node("a slow jazz ballad with brushed drums and piano")))
+    assert [(kind, text) for _, kind, text in comfyui_pool_rows.prompts(wheel)] == [
+        ("text-to-video", "a paper boat drifts down a rainy street gutter"),
+        ("text-to-image", "a red fox asleep in fresh snow, soft morning light"),
+        ("text-to-image", "a lighthouse on a cliff in a storm at night, waves breaking"),
+        ("text-to-video", "a drone shot over a misty pine forest at dawn")]
