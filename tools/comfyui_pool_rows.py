@@ -95,11 +95,12 @@ def prompts(wheel: Path) -> list[tuple[str, str, str]]:
         index = json.loads(archive.read(TEMPLATES + "index.json"))
         kinds = {t["name"]: category(group.get("type", ""), t.get("tags", []))
                  for group in index for t in group["templates"]}
+        members = set(archive.namelist())
         found: dict[str, tuple[str, str, str]] = {}
         for name in sorted(kinds):
             kind = kinds[name]
             member = f"{TEMPLATES}{name}.json"
-            if kind is None or member not in archive.namelist():
+            if kind is None or member not in members:
                 continue
             for text in strings(json.loads(archive.read(member))):
                 text = text.strip()
