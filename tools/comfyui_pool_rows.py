@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 import zipfile
 from collections import Counter
 from pathlib import Path
@@ -34,7 +35,9 @@ from typing import Any, Iterator
 from specbench import exporters
 from specbench.dataset import Row
 
-POOL = Path(__file__).resolve().parents[1] / "data" / "train-pool.jsonl"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import train_pool  # noqa: E402
+
 SOURCE, LICENSE = "comfyui-workflow-templates", "mit"
 TEMPLATES = "comfyui_workflow_templates_json/templates/"
 NOT_A_PROMPT_NODE = re.compile(r"note|markdown|save|load|preview", re.IGNORECASE)
@@ -116,8 +119,8 @@ def main() -> None:
     args = parser.parse_args()
     if not args.wheel.is_file():
         parser.error(f"no such wheel: {args.wheel}")
-    pool = [json.loads(line) for line in POOL.read_text(encoding="utf-8").splitlines() if line.strip()]
-    first = 1 + max(int(row["question_id"].split("-")[1]) for row in pool)
+    pool = train_pool.read_rows(train_pool.POOL)
+    first = train_pool.next_id(pool)
     taken = {row["prompt"] for row in pool}
     found = [p for p in prompts(args.wheel) if p[2] not in taken]
     rows = [Row(f"tp-{first + i:05d}", kind, SOURCE, text, [text], license=LICENSE, origin="package")

@@ -21,8 +21,8 @@ draws, and the pool's cleaning keeps near-copies of benchmark rows out.
 from __future__ import annotations
 
 import argparse
-import json
 import random
+import sys
 import tempfile
 import zipfile
 from collections import defaultdict
@@ -32,8 +32,10 @@ from pathlib import Path
 from specbench import exporters, importers
 from specbench.dataset import Row, load_rows
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import train_pool  # noqa: E402
+
 DATA = Path(__file__).resolve().parents[1] / "data"
-POOL = DATA / "train-pool.jsonl"
 SEED = 20261206
 SETS = ("prompt-enhancement", "fireworks")
 AUTHORED_LICENSE = "cc-by-4.0"
@@ -99,8 +101,7 @@ def main() -> None:
         if not wheel.is_file():
             parser.error(f"no such wheel: {wheel}")
     if args.pool_rows:
-        pool = [json.loads(line) for line in POOL.read_text(encoding="utf-8").splitlines() if line.strip()]
-        rows = undrawn(wheels, 1 + max(int(row["question_id"].split("-")[1]) for row in pool))
+        rows = undrawn(wheels, train_pool.next_id(train_pool.read_rows(train_pool.POOL)))
         exporters.write_jsonl(rows, args.pool_rows)
         print(f"wrote {len(rows)} pool rows to {args.pool_rows}")
         return

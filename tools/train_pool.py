@@ -40,6 +40,11 @@ def read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def next_id(pool: list[dict]) -> int:
+    """The number after the pool's last tp-<n> id: where rows added to it start."""
+    return 1 + max(int(row["question_id"].split("-")[1]) for row in pool)
+
+
 def benchmark_rows() -> list[dict]:
     """The bundled benchmark sets' rows, loaded as every run loads them."""
     from specbench.dataset import load_rows
