@@ -10,6 +10,7 @@ the project); the card counts the rows written with them.
 
 from __future__ import annotations
 
+import argparse
 import re
 import statistics
 import sys
@@ -68,6 +69,7 @@ def table(rows: list[dict]) -> list[str]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     sys.path.insert(0, ".")
     from specbench.dataset import load_rows
 
