@@ -72,7 +72,8 @@ def decode(model, rows: list[dict[str, Any]], prompts: dict[str, list[int]], eos
     stats = {"records": 0, "tokens": 0, "seconds": 0.0}
     t0, c0 = time.time(), time.process_time()
     with TokenStore(store_dir, vocab_size=model.args.vocab_size) as store:
-        have = store.response_tokens
+        have = have0 = store.response_tokens
+        n0 = len(store)
         log(f"generate: {len(store)} records, {have} response tokens stored; goal {goal or 'none'}, "
             f"C = {plan.concurrency}, {plan.method} L = {plan.budget}, {plan.samples} samples at "
             f"T {list(plan.temperatures)}")
@@ -117,12 +118,24 @@ def decode(model, rows: list[dict[str, Any]], prompts: dict[str, list[int]], eos
                         log(f"generate: {len(store)} records, {have} response tokens stored; this call "
                             f"{stats['tokens']} tokens in {time.time() - t0:.0f} s ({rate:.1f} tok/s)")
 
-                engine.generate(requests(), on_done)
+                try:
+                    engine.generate(requests(), on_done)
+                except KeyboardInterrupt:                  # every finished record is already stored: count them
+                    stats["records"], stats["tokens"] = len(store) - n0, store.response_tokens - have0
+                    log(_summary(stats, store.response_tokens, t0, c0,
+                                 "interrupted (the same command goes on from here)"))
+                    raise
                 del engine
-    stats["seconds"] = round(time.time() - t0, 1)
+    log(_summary(stats, have, t0, c0, "stopped"))
+    return stats
+
+
+def _summary(stats: dict[str, Any], have: int, t0: float, c0: float, how: str) -> str:
+    """Complete this call's counts in `stats` and say them in one log line."""
+    seconds = time.time() - t0
+    stats["seconds"] = round(seconds, 1)
     stats["cpu_seconds"] = round(time.process_time() - c0, 1)       # on a shared machine, what this call got
     stats["stored_tokens"] = have
-    log(f"generate: stopped with {have} response tokens stored; this call {stats['records']} records, "
-        f"{stats['tokens']} tokens in {stats['seconds']:.0f} s "
-        f"({stats['tokens'] / max(stats['seconds'], 1e-9):.1f} tok/s; {stats['cpu_seconds']:.0f} CPU s)")
-    return stats
+    return (f"generate: {how} with {have} response tokens stored; this call {stats['records']} records, "
+            f"{stats['tokens']} tokens in {stats['seconds']:.0f} s "
+            f"({stats['tokens'] / max(seconds, 1e-9):.1f} tok/s; {stats['cpu_seconds']:.0f} CPU s)")

@@ -181,6 +181,32 @@ def test_train_data_generates_greedy_and_sampled_responses_and_resumes_with_feat
         f"drafter_fit: --against: {tmp_path / 'nowhere' / 'config.json'} does not exist"]
 
 
+def test_ctrl_c_in_train_data_generate_keeps_every_finished_response_and_says_how_to_go_on(tiny_target, tmp_path,
+                                                                                          monkeypatch):
+    from reference_eagle4.training.store import TokenStore
+
+    p, out = pool(tmp_path / "pool"), tmp_path / "data"
+    gen = ["train-data", "generate", "--target", str(tiny_target), "--pool", str(p), "--out", str(out),
+           "--samples", "0", "--concurrency", "2", "--max-new-tokens", "4", "--threads", "1", "--device", "cpu"]
+    append = TokenStore.append
+
+    def append_then_interrupt(self, *args, **kwargs):
+        append(self, *args, **kwargs)
+        if len(self) == 2:
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(TokenStore, "append", append_then_interrupt)
+        res = runner.invoke(app, gen)
+    assert res.exit_code != 0
+    assert len(TokenStore(out / "tokens")) == 2
+    last = (out / "generate.log").read_text().splitlines()[-1]
+    assert "generate: interrupted (the same command goes on from here) with " in last and "2 records" in last
+    res = runner.invoke(app, gen)
+    assert res.exit_code == 0, res.output
+    assert sorted(e["key"] for e in TokenStore(out / "tokens").entries) == [f"p{i}#g" for i in range(5)]
+
+
 def test_drafter_fit_tells_a_one_point_gain_from_noise():
     spec = importlib.util.spec_from_file_location("drafter_fit", ROOT / "tools" / "drafter_fit.py")
     fit = importlib.util.module_from_spec(spec)
