@@ -72,7 +72,7 @@ def decode(model, rows: list[dict[str, Any]], prompts: dict[str, list[int]], eos
     stats = {"records": 0, "tokens": 0, "seconds": 0.0}
     t0, c0 = time.time(), time.process_time()
     with TokenStore(store_dir, vocab_size=model.args.vocab_size) as store:
-        have = have0 = store.response_tokens
+        have = start = store.response_tokens
         n0 = len(store)
         log(f"generate: {len(store)} records, {have} response tokens stored; goal {goal or 'none'}, "
             f"C = {plan.concurrency}, {plan.method} L = {plan.budget}, {plan.samples} samples at "
@@ -120,22 +120,21 @@ def decode(model, rows: list[dict[str, Any]], prompts: dict[str, list[int]], eos
 
                 try:
                     engine.generate(requests(), on_done)
-                except KeyboardInterrupt:                  # every finished record is already stored: count them
-                    stats["records"], stats["tokens"] = len(store) - n0, store.response_tokens - have0
-                    log(_summary(stats, store.response_tokens, t0, c0,
-                                 "interrupted (the same command goes on from here)"))
+                except KeyboardInterrupt:                  # every finished record is already stored
+                    log(_summary(stats, store, n0, start, t0, c0, "interrupted (the same command goes on from here)"))
                     raise
                 del engine
-    log(_summary(stats, have, t0, c0, "stopped"))
+    log(_summary(stats, store, n0, start, t0, c0, "stopped"))
     return stats
 
 
-def _summary(stats: dict[str, Any], have: int, t0: float, c0: float, how: str) -> str:
-    """Complete this call's counts in `stats` and say them in one log line."""
+def _summary(stats: dict[str, Any], store: TokenStore, n0: int, start: int, t0: float, c0: float, how: str) -> str:
+    """Complete this call's counts in `stats` from the store (which held n0 records and `start` response tokens
+    when the call began; an interrupt may land between a write and the running counters) and say them in one line."""
+    have = store.response_tokens
     seconds = time.time() - t0
-    stats["seconds"] = round(seconds, 1)
-    stats["cpu_seconds"] = round(time.process_time() - c0, 1)       # on a shared machine, what this call got
-    stats["stored_tokens"] = have
+    stats.update(records=len(store) - n0, tokens=have - start, seconds=round(seconds, 1), stored_tokens=have,
+                 cpu_seconds=round(time.process_time() - c0, 1))                 # CPU: what a shared machine gave
     return (f"generate: {how} with {have} response tokens stored; this call {stats['records']} records, "
             f"{stats['tokens']} tokens in {stats['seconds']:.0f} s "
             f"({stats['tokens'] / max(seconds, 1e-9):.1f} tok/s; {stats['cpu_seconds']:.0f} CPU s)")
