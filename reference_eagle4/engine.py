@@ -68,7 +68,7 @@ class GenerationConfig:
     eos_ids: tuple[int, ...] = ()
     concurrency: int = 1
     seed: int = 0
-    prefix_cache: int = 8                    # prompts whose KV is kept for reuse (0: prefill every prompt whole)
+    prefix_cache: int = 8192                 # prompt tokens whose KV is kept for reuse (0: prefill every prompt whole)
     cuda_graphs: bool = True                 # on CUDA, replay batch-1 one-token steps from a graph (cuda_graphs.py)
 
 

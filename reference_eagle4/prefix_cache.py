@@ -4,10 +4,12 @@ Every prompt of a benchmark category opens with the same system prompt (~200 of 
 serving engines (vLLM's automatic prefix caching, SGLang's radix cache) skip recomputing it. Without it,
 prefill is a quarter of the reference engine's time at C=8 and stalls every live sequence while it runs.
 
-The cache keeps the last few prompts whole: their keys/values for every layer and the captured hidden
-states the proposers need. A new prompt reuses the longest common prefix with any entry, always leaving
-at least its last token to compute (its logits give the first output token). Entries are evicted least
-recently used; a prompt that extends a cached one replaces it.
+The cache keeps recent prompts whole: their keys/values for every layer and the captured hidden states the
+proposers need. A new prompt reuses the longest common prefix with any entry, always leaving at least its
+last token to compute (its logits give the first output token). A prompt that extends a cached one replaces
+it. Its room is counted in prompt tokens, as an engine's KV memory is: entries are evicted least recently
+used once the tokens they hold pass it. A room of a few prompts would not do: a category whose requests come
+a few others apart (a benchmark's categories interleave) would lose its system prompt before each one.
 """
 
 from __future__ import annotations
@@ -27,10 +29,10 @@ class Entry:
 
 
 class PrefixCache:
-    def __init__(self, entries: int):
-        if entries < 1:
-            raise ValueError("a prefix cache needs room for at least one prompt")
-        self.size = entries
+    def __init__(self, tokens: int):
+        if tokens < 1:
+            raise ValueError("a prefix cache needs room for at least one token")
+        self.size = tokens                   # prompt tokens the entries may hold together
         self._lru: list[Entry] = []          # most recently used last
         self.hit_tokens = 0
         self.prompt_tokens = 0
@@ -52,15 +54,20 @@ class PrefixCache:
         return best, found
 
     def store(self, prompt: Tensor, k: Tensor, v: Tensor, hidden: list[Tensor]) -> None:
-        """Keep a prefilled prompt (tensors are cloned); drop entries it extends, then the oldest."""
+        """Keep a prefilled prompt (tensors are cloned); drop entries it extends, then the oldest until the
+        entries fit the room. A prompt longer than the whole room is not kept and evicts nothing."""
+        if len(prompt) > self.size:
+            return
         self._lru = [e for e in self._lru
                      if not (len(e.tokens) <= len(prompt) and torch.equal(e.tokens, prompt[: len(e.tokens)]))]
         self._lru.append(Entry(prompt.clone(), k.clone(), v.clone(), [h.clone() for h in hidden]))
-        del self._lru[: max(0, len(self._lru) - self.size)]
+        held = sum(len(e.tokens) for e in self._lru)
+        while self._lru and held > self.size:
+            held -= len(self._lru.pop(0).tokens)
 
     def clear(self) -> None:
         """Forget every cached prompt (a server's cache reset between benchmark variants); the counts stay."""
         self._lru.clear()
 
     def stats(self) -> dict[str, int]:
-        return {"entries": self.size, "hit_tokens": self.hit_tokens, "prompt_tokens": self.prompt_tokens}
+        return {"tokens": self.size, "hit_tokens": self.hit_tokens, "prompt_tokens": self.prompt_tokens}

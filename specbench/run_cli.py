@@ -18,8 +18,9 @@ OPTION_HELP = "Method option KEY=VALUE (repeatable), e.g. --option matches=3 for
 ENGINE_HELP = ("reference (the bundled engine, in this process), vllm or sglang (a server: --endpoint URL, or "
                "launched for the run; server options such as --option drafter=PATH --option tp=4: "
                "see `specbench engines --help`).")
-PREFIX_HELP = ("Reference engine: reuse the KV of the longest prefix a prompt shares with one of the last 8 "
-               "(the system prompt), as vLLM and SGLang do; --no-prefix-cache prefills every prompt whole.")
+PREFIX_HELP = ("Reference engine: reuse the KV of the longest prefix a prompt shares with a recent one (the "
+               "system prompt; 8,192 prompt tokens kept), as vLLM and SGLang do; --no-prefix-cache prefills every "
+               "prompt whole.")
 ENDPOINT_HELP = "URL of a running vLLM / SGLang / `specbench serve` server (with --engine vllm or sglang)."
 MAX_NEW_TOKENS_HELP = ("Output tokens per request at most (default 128 on the reference engine, as its demo "
                        "measured; 256 on vllm/sglang, enough for the prompt enhancer's 120-160-word answers).")

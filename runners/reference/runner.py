@@ -28,7 +28,7 @@ from specbench.runners.base import OnRecord, Record
 from specbench.runners.hardware import gpu_inventory
 from specbench.settings import Job, MethodSpec, Settings
 
-PREFIX_CACHE_PROMPTS = 8                     # prompts whose KV an engine keeps for reuse when the cache is on
+PREFIX_CACHE_TOKENS = 8192                   # prompt tokens whose KV an engine keeps for reuse when the cache is on
 
 
 @dataclass
@@ -46,8 +46,8 @@ class ReferenceRunner:
     operational_options: frozenset[str] = frozenset()
 
     def __init__(self, target: str, dtype: str = "auto", threads: int | None = None,
-                 prefix_cache: int = PREFIX_CACHE_PROMPTS, device: str = "auto", cuda_graphs: bool = True):
-        self.prefix_cache = prefix_cache      # prompts whose KV each engine keeps for reuse (0 = off)
+                 prefix_cache: int = PREFIX_CACHE_TOKENS, device: str = "auto", cuda_graphs: bool = True):
+        self.prefix_cache = prefix_cache      # prompt tokens whose KV each engine keeps for reuse (0 = off)
         try:
             self.device = resolve_device(device)
         except ValueError as err:
@@ -106,7 +106,7 @@ class ReferenceRunner:
     def from_job(cls, job: Job) -> "ReferenceRunner":
         if job.endpoint:
             raise SpecbenchError("--endpoint is for server engines: add --engine vllm or --engine sglang")
-        return cls(job.target, job.dtype, job.threads, PREFIX_CACHE_PROMPTS if job.prefix_cache else 0, job.device,
+        return cls(job.target, job.dtype, job.threads, PREFIX_CACHE_TOKENS if job.prefix_cache else 0, job.device,
                    job.cuda_graphs)
 
     def describe(self) -> dict[str, Any]:

@@ -42,10 +42,10 @@ class Recorder:
         self.inner.begin(seq, hidden)
 
 
-def generate(target, method, C, entries):
+def generate(target, method, C, tokens):
     options = {} if method == "vanilla" else {"drafter": tiny_drafter(target)}   # binding packs a drafter: one each
     proposer = Recorder(PROPOSERS[method](budget=8, **options))
-    engine = Engine(target, proposer, GenerationConfig(max_new_tokens=24, concurrency=C, prefix_cache=entries),
+    engine = Engine(target, proposer, GenerationConfig(max_new_tokens=24, concurrency=C, prefix_cache=tokens),
                     max_len=160)
     done = {}
     engine.generate(prompts(), lambda s: done.__setitem__(s.request.id, s))
@@ -61,7 +61,7 @@ def target():
 @pytest.mark.parametrize("method", ["vanilla", "eagle4-tree"])
 def test_cached_prefill_gives_the_same_outputs_and_prompt_features(target, method, C):
     whole, whole_h = generate(target, method, C, 0)
-    cached, cached_h = generate(target, method, C, 8)
+    cached, cached_h = generate(target, method, C, 8192)
     assert {k: s.output for k, s in cached.items()} == {k: s.output for k, s in whole.items()}
     for k in whole_h:                           # the drafter's catch-up sees the same prompt features
         for a, b in zip(whole_h[k], cached_h[k]):
@@ -74,14 +74,30 @@ def test_cached_prefill_gives_the_same_outputs_and_prompt_features(target, metho
 
 
 def test_lru_keeps_the_most_recent_prompts_and_extensions_replace_their_prefix():
-    cache = PrefixCache(2)
+    cache = PrefixCache(8)                                               # room for 8 prompt tokens
     kv = torch.zeros(1, 1, 8, 2)
     t = lambda *ids: torch.tensor(ids)  # noqa: E731
     cache.store(t(1, 2, 3), kv[:, :, :3], kv[:, :, :3], [])
     cache.store(t(1, 2, 3, 4, 5), kv[:, :, :5], kv[:, :, :5], [])      # extends the first: replaces it
     cache.store(t(7, 8), kv[:, :, :2], kv[:, :, :2], [])
     assert cache.match(t(1, 2, 3, 4, 9))[0] == 4
-    cache.store(t(6, 6, 6), kv[:, :, :3], kv[:, :, :3], [])             # evicts (7, 8), the least recent
+    cache.store(t(6, 6, 6), kv[:, :, :3], kv[:, :, :3], [])             # 10 tokens: evicts (7, 8), the least recent
     assert cache.match(t(7, 8, 9))[0] == 0
     assert cache.match(t(6, 6, 6))[0] == 2                               # the last token is always computed
-    assert cache.stats() == {"entries": 2, "hit_tokens": 6, "prompt_tokens": 11}
+    assert cache.stats() == {"tokens": 8, "hit_tokens": 6, "prompt_tokens": 11}
+    cache.store(t(*range(10, 19)), kv[:, :, :8], kv[:, :, :8], [])      # longer than the whole room: not kept
+    assert cache.match(t(*range(10, 19)))[0] == 0 and cache.match(t(6, 6, 6))[0] == 2
+
+
+def test_interleaved_categories_keep_their_system_prompts():
+    """Benchmark categories interleave: a category's next request may come many prompts later. A cache counted
+    in tokens, like an engine's KV memory, still holds its system prompt then."""
+    system = {c: [c] * 200 for c in range(4)}
+    order = [0, 1, 2, 3, 3, 3, 2, 3, 3, 1, 2, 3, 3, 0]                  # category 0 comes back 12 prompts later
+    cache, kv = PrefixCache(8192), torch.zeros(1, 1, 240, 2)
+    reused = []
+    for i, c in enumerate(order):
+        prompt = torch.tensor(system[c] + [100 + i] * 30)
+        reused.append(cache.match(prompt)[0])
+        cache.store(prompt, kv[:, :, :230], kv[:, :, :230], [])
+    assert reused[:4] == [0, 0, 0, 0] and all(n == 200 for n in reused[4:])

@@ -152,7 +152,7 @@ def test_prefix_cache_skips_the_shared_system_prompt_without_changing_outputs(ti
         res = cli.invoke(app, run_args(tiny_target, out, "--category", "text-to-video", flag))
         assert res.exit_code == 0, res.output
         runs[flag] = read_records(out)
-        assert read_manifest(out)["prefix_cache"] == (8 if flag == "--prefix-cache" else 0)
+        assert read_manifest(out)["prefix_cache"] == (8192 if flag == "--prefix-cache" else 0)
     on, off = runs["--prefix-cache"], runs["--no-prefix-cache"]
     assert [r["output_token_ids"] for r in on] == [r["output_token_ids"] for r in off]
     assert on[0]["cached_prompt_tokens"] == 0 and all(r["cached_prompt_tokens"] > 100 for r in on[1:])
