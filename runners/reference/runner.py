@@ -28,7 +28,7 @@ from specbench.runners.base import OnRecord, Record
 from specbench.runners.hardware import gpu_inventory
 from specbench.settings import Job, MethodSpec, Settings
 
-PREFIX_CACHE_TOKENS = 8192                   # prompt tokens whose KV an engine keeps for reuse when the cache is on
+PREFIX_CACHE_TOKENS = GenerationConfig.prefix_cache   # the engine's room (prompt tokens) when the cache is on
 
 
 @dataclass
