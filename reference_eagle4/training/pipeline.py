@@ -295,10 +295,12 @@ def export(drafter, folder: str | Path, info: dict[str, Any]) -> Path:
 
 def objective(tc: dict[str, Any]) -> str:
     """The loss a training config names, for the model card (`teacher` in train.py)."""
-    temp = tc.get("teacher_temp", 1.0)
+    temp, noise = tc.get("teacher_temp", 1.0), tc.get("feature_noise", 0.0)
     if temp == 0:
-        return "cross-entropy vs the target's argmax (hard labels)"
-    return "soft CE vs the target's top-32 distribution" + ("" if temp == 1 else f" at temperature {temp:g}")
+        loss = "cross-entropy vs the target's argmax (hard labels)"
+    else:
+        loss = "soft CE vs the target's top-32 distribution" + ("" if temp == 1 else f" at temperature {temp:g}")
+    return loss + (f", features with Gaussian noise of {noise:g} x their RMS" if noise else "")
 
 
 def _summary(drafter, info: dict[str, Any]) -> tuple[str, str, list[str]]:

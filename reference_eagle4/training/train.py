@@ -47,6 +47,8 @@ class TrainConfig:
     lr: float = 2e-3
     lr_lowrank: float = 1e-3
     weight_decay: float = 0.0
+    feature_noise: float = 0.0        # eagle4: Gaussian noise on the target features while training, relative to
+                                      # each feature's RMS at its position (a regulariser; EAGLE adds uniform noise)
     warmup_frac: float = 0.04
     min_lr_ratio: float = 0.1
     accum: int = 1                    # samples per optimizer step
@@ -227,6 +229,13 @@ class TTT:
             g = d.finish(h_in[None], attn.transpose(1, 2).flatten(2))[0]
             yield j, Q, g
 
+    def perturb(self, feats: Tensor) -> Tensor:
+        """feats [n, layers x H] plus noise of std `feature_noise` x the RMS of each layer's feature at that
+        position: the captured layers differ tenfold in scale, and a first-token feature a hundredfold."""
+        f = feats.view(feats.shape[0], -1, self.d.cfg.target_hidden_size)            # [n, layers, H]
+        rms = f.pow(2).mean(-1, keepdim=True).sqrt()
+        return (f + torch.randn_like(f) * rms * self.cfg.feature_noise).reshape(feats.shape)
+
     def steps(self, s: dict[str, Any]) -> Iterator[tuple[int, Tensor, Tensor]]:
         """Yield (j, g_j at the rows whose prediction lies in the response, their teacher rows) for j = 0..;
         the teacher row indexes s["top_p"] / s["top_i"] (the target distribution at position t+1+j)."""
@@ -238,6 +247,8 @@ class TTT:
             return
         n = min(T - 1, r1)
         feats = upload(s["feats"][:n], self.device).float().reshape(n, -1)
+        if self.cfg.feature_noise > 0 and torch.is_grad_enabled():    # training only: evaluate runs without grad
+            feats = self.perturb(feats)
         for j, Q, g in self.unroll(feats, tokens, r0, r1):
             valid = min(r1, T - 2 - j) - r0          # the first rows, whose predicted token x_{t+2+j} exists
             if valid <= 0:

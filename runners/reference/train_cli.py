@@ -212,6 +212,11 @@ def register(app: typer.Typer) -> None:
                                            "towards the argmax greedy decoding accepts, 0 trains on the argmax "
                                            "alone (hard labels). Default 1: the target's distribution as is; 0.5 and "
                                            "0 trained no better (BENCHMARKS.md)."),
+        feature_noise: Optional[float] = typer.Option(None, min=0.0, help="eagle4 only: while training, add "
+                                                      "Gaussian noise to the target's features, its std this "
+                                                      "fraction of each feature's RMS (default 0, off): a "
+                                                      "regulariser against fitting the responses read. 0.05 "
+                                                      "trained no better than none (BENCHMARKS.md)."),
         curve: str = typer.Option("", help="Comma-separated response-token counts, e.g. 120000,500000: each time "
                                   "training has read that many, evaluate held out and on greedy records already "
                                   "read (a one-pass learning curve; train.log and the model card)."),
@@ -243,6 +248,8 @@ def register(app: typer.Typer) -> None:
         if gamma is not None and drafter == "eagle4":
             raise SpecbenchError("--gamma: only for --drafter dflash or dspark (eagle4 weighs its steps by "
                                  "TrainConfig.decay)")
+        if feature_noise is not None and drafter != "eagle4":
+            raise SpecbenchError(f"--feature-noise: only for --drafter eagle4, not {drafter}")
         if data is not None and not (data / "features" / "meta.json").exists():
             raise SpecbenchError(f"--data {data}: no feature store at {data / 'features'} "
                                  "(run specbench train-data generate, then train-data features)")
@@ -252,7 +259,8 @@ def register(app: typer.Typer) -> None:
 
         with resources.as_file(resources.files("specbench.bundled") / "train-pool.jsonl") as bundled:
             pool = pool or bundled
-            given = {"anchors": anchors, "gamma": gamma, "lr": lr, "teacher_temp": teacher_temp}
+            given = {"anchors": anchors, "gamma": gamma, "lr": lr, "teacher_temp": teacher_temp,
+                     "feature_noise": feature_noise}
             cfg = TrainConfig(init_from=str(init_from) if init_from else None, mlp_width=mlp_width, epochs=epochs,
                               curve_tokens=_token_counts(curve), **{k: v for k, v in given.items() if v is not None})
             folder = train_drafter(drafter, out, pool, target, pool_chat(pool), minutes, steps, seed, resume,

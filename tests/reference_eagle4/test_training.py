@@ -171,6 +171,25 @@ def tiny_cfg(**kw) -> TrainConfig:
     return TrainConfig(**base)
 
 
+def test_feature_noise_perturbs_training_only_and_in_proportion_to_each_layers_scale(data):
+    """feature_noise is a regulariser of training: evaluation sees the target's features as they are, so
+    two configs differing only in the noise score a drafter alike, while their training losses differ."""
+    t, samples = data
+    emb, head = t.embed.weight.detach(), t.lm_head.weight.detach().to(torch.bfloat16)
+    clean, noisy = tiny_cfg(), tiny_cfg(feature_noise=0.1)
+    d = build_drafter(t.args, clean, emb, head)
+    assert evaluate(TTT(d, emb, head, clean), samples) == evaluate(TTT(d, emb, head, noisy), samples)
+    with torch.random.fork_rng():
+        losses = [TTT(d, emb, head, c).run(samples[0]).item() for c in (clean, noisy)]
+    assert losses[0] != pytest.approx(losses[1], rel=1e-4)
+    feats = samples[0]["feats"][:8].float().reshape(8, -1)
+    layers = feats.shape[1] // t.args.dim
+    scaled = feats.view(8, layers, -1) * torch.tensor([1.0, 100.0] + [1.0] * (layers - 2))[None, :, None]
+    moved = (TTT(d, emb, head, noisy).perturb(scaled.reshape(8, -1)).view(8, layers, -1) - scaled)
+    rel = moved.pow(2).mean(-1).sqrt() / scaled.pow(2).mean(-1).sqrt()
+    assert rel.mean().item() == pytest.approx(0.1, rel=0.3)                 # the same share in every layer
+
+
 def test_training_reduces_loss(data, tmp_path):
     t, samples = data
     cfg = tiny_cfg(steps=20)

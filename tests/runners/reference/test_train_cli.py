@@ -48,16 +48,17 @@ def test_train_two_kinds_share_data_and_export(tiny_target, tmp_path):
     assert training["regen"]["decoding"] == "greedy (vanilla)"
     assert training["pool"] == "pool.jsonl"                # no path of the machine it trained on
     # continued training of the exported drafter, on the same data: the card says where it started
-    # with a wider MLP: the card names the width
+    # with a wider MLP and feature noise: the card names both
     width = 2 * load_drafter(out / "eagle4" / "drafter").cfg.intermediate_size
     res = runner.invoke(app, ["train", "--drafter", "eagle4", "--init-from", str(out / "eagle4" / "drafter"),
                               *common[:-6], "--out", str(tmp_path / "more"), "--steps", "2", "--threads", "1",
-                              "--mlp-width", str(width)])
+                              "--mlp-width", str(width), "--feature-noise", "0.05"])
     assert res.exit_code == 0, res.output
     assert load_drafter(tmp_path / "more" / "eagle4" / "drafter").cfg.intermediate_size == width
     card = (tmp_path / "more" / "eagle4" / "drafter" / "README.md").read_text()
     assert "continued from `" in card and "the same, for the drafter it continued from | step 0:" in card
     assert f"MLP width {width}" in card
+    assert "soft CE vs the target's top-32 distribution, features with Gaussian noise of 0.05 x their RMS" in card
     # a block drafter continued on the same data: its card gives the starting drafter's agreement too
     res = runner.invoke(app, ["train", "--drafter", "dspark", "--init-from", str(out / "dspark" / "drafter"),
                               *common[:-6], "--out", str(tmp_path / "more"), "--steps", "2", "--threads", "1",
@@ -102,10 +103,11 @@ def test_unknown_regeneration_method_is_one_clear_line(tmp_path):
     assert str(res.exception) == "--regen-method 'beam': choose one of ngram, eagle4-harness, vanilla"
 
 
-def test_mlp_width_is_refused_for_block_drafters(tmp_path):
-    res = runner.invoke(app, ["train", "--drafter", "dflash", "--mlp-width", "3072", "--out", str(tmp_path)])
-    assert isinstance(res.exception, SpecbenchError)
-    assert str(res.exception) == "--mlp-width: only for --drafter eagle4, not dflash"
+def test_eagle4_options_are_refused_for_block_drafters(tmp_path):
+    for flag, value in (("--mlp-width", "3072"), ("--feature-noise", "0.05")):
+        res = runner.invoke(app, ["train", "--drafter", "dflash", flag, value, "--out", str(tmp_path)])
+        assert isinstance(res.exception, SpecbenchError)
+        assert str(res.exception) == f"{flag}: only for --drafter eagle4, not dflash"
 
 
 def test_block_options_are_refused_for_eagle4(tmp_path):
