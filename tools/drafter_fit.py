@@ -72,6 +72,7 @@ def main() -> None:
     ap.add_argument("--against", type=Path, help="a second drafter folder of --kind: paired differences held out")
     ap.add_argument("--data", type=Path, default=Path("runs/train-data"), help="a `specbench train-data` folder")
     ap.add_argument("--rows", type=int, default=89, help="greedy training responses drawn (held out: all)")
+    ap.add_argument("--category", action="append", help="only responses to rows of this category (repeatable)")
     ap.add_argument("--target", default="smollm2-135m")
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
@@ -100,11 +101,13 @@ def main() -> None:
     obj = load("--drafter", folder)
     other = load("--against", a.against) if a.against else None
     train_set, held = FeatureStore(a.data / "features").samples().split(obj.cfg.eval_frac)
-    held = [s for s in held if not sampled(s)]
-    seen = [s for s in train_set if not sampled(s)]
+    wanted = set(a.category or ())
+    held = [s for s in held if not sampled(s) and (not wanted or s["category"] in wanted)]
+    seen = [s for s in train_set if not sampled(s) and (not wanted or s["category"] in wanted)]
     random.Random(0).shuffle(seen)
     if not held or not seen:
-        sys.exit(f"drafter_fit: --data {a.data}: no greedy {'held-out' if not held else 'training'} responses")
+        of = f" of {', '.join(sorted(wanted))}" if wanted else ""
+        sys.exit(f"drafter_fit: --data {a.data}: no greedy {'held-out' if not held else 'training'} responses{of}")
     t0 = time.time()
     mine = [evaluate(obj, [s]) for s in held] if other else None       # per response, for the paired figures
     out = {"drafter": str(folder), "data": str(a.data),

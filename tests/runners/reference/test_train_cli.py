@@ -28,6 +28,13 @@ def pool(folder: Path) -> Path:
     return folder / "pool.jsonl"
 
 
+def tool(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_train_two_kinds_share_data_and_export(tiny_target, tmp_path):
     p, out = pool(tmp_path / "pool"), tmp_path / "train"
     common = ["--target", str(tiny_target), "--pool", str(p), "--out", str(out), "--steps", "3", "--threads", "1"]
@@ -210,9 +217,7 @@ def test_ctrl_c_in_train_data_generate_keeps_every_finished_response_and_says_ho
 
 
 def test_drafter_fit_tells_a_one_point_gain_from_noise():
-    spec = importlib.util.spec_from_file_location("drafter_fit", ROOT / "tools" / "drafter_fit.py")
-    fit = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fit)
+    fit = tool("drafter_fit")
     base = [{"acc0": 0.4 + 0.01 * (i % 7), "acc1": 0.3, "loss0": 2.0} for i in range(90)]
     better = [{**r, "acc0": r["acc0"] + 0.01} for r in base]
     noisy = [{**r, "acc0": r["acc0"] + (0.05 if i % 2 else -0.05)} for i, r in enumerate(base)]
@@ -224,13 +229,11 @@ def test_drafter_fit_tells_a_one_point_gain_from_noise():
 
 
 def test_lowrank_head_tool_reads_a_train_data_folder_and_names_the_flag_when_there_is_no_store(tmp_path):
-    spec = importlib.util.spec_from_file_location("lowrank_head", ROOT / "tools" / "lowrank_head.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    lowrank = tool("lowrank_head")
     (tmp_path / "data" / "features").mkdir(parents=True)
     (tmp_path / "data" / "features" / "meta.json").write_text("{}")
-    ap = tool.argparse.ArgumentParser()
-    assert tool.store_folder(ap, tmp_path / "data", "--features") == tmp_path / "data" / "features"
+    ap = lowrank.argparse.ArgumentParser()
+    assert lowrank.store_folder(ap, tmp_path / "data", "--features") == tmp_path / "data" / "features"
     res = subprocess.run([sys.executable, str(ROOT / "tools" / "lowrank_head.py"), "--features", str(tmp_path)],
                          capture_output=True, text=True)
     assert res.returncode == 2 and "Traceback" not in res.stderr
@@ -261,3 +264,32 @@ def test_a_device_it_cannot_use_is_one_clear_line_on_every_training_command(tmp_
         assert isinstance(res.exception, SpecbenchError) and str(res.exception).startswith("--device 'cuda:99': ")
         assert "\n" not in str(res.exception)
     assert not list(tmp_path.iterdir())              # refused before anything was written
+
+
+def test_recycled_prompts_come_from_greedy_creative_training_responses_cut_to_a_short_request(tmp_path):
+    from reference_eagle4.training.store import TokenStore, held_out
+
+    rc = tool("recycled_prompts")
+    assert rc.request("A mountain goat balances on a ledge. The wind howls.") == "a mountain goat balances on a ledge"
+    assert rc.request("Sure thing!") is None                         # too short to be a request
+    assert rc.request(" ".join(["word"] * 20) + ".") == " ".join(["word"] * 12)
+    held = next(f"h{i}" for i in range(1000) if held_out(f"h{i}", 0.05))
+    texts = {1: "A red kite over a beach at dawn.", 2: "A red kite over a beach at dawn!",
+             3: "A quiet harbour at night.", 4: "An old barn in the snow, seen from the road.", 5: "A cat on a sofa in warm light.",
+             6: "A lighthouse in a storm, waves breaking."}
+    store = TokenStore(tmp_path / "tokens", vocab_size=16)
+    for key, pid, cat, out in (("t1#g", "t1", "text-to-video", 1), ("t2#g", "t2", "text-to-image", 2),
+                               ("t3#s0", "t3", "text-to-video", 3), (f"{held}#g", held, "text-to-image", 4),
+                               ("t5#g", "t5", "image-to-image", 5), ("t6#g", "t6", "text-to-image", 6)):
+        store.append(key, [0, 0], [out], id=pid, category=cat)
+    rows = rc.recycle(store, lambda ids: texts[ids[0]], limit=10)
+    # the sampled response, the held-out row and the image row stay out; the same request is kept once
+    assert sorted(r["prompt"] for r in rows) == ["a lighthouse in a storm, waves breaking",
+                                                 "a red kite over a beach at dawn"]
+    assert {r["origin"] for r in rows} == {"recycled"} and all(r["turns"] == [r["prompt"]] for r in rows)
+    assert len(rc.recycle(store, lambda ids: texts[ids[0]], limit=1)) == 1
+    res = subprocess.run([sys.executable, str(ROOT / "tools" / "recycled_prompts.py"), "--data", str(tmp_path / "none"),
+                          "--out", str(tmp_path / "r.jsonl")], capture_output=True, text=True)
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert res.stderr.strip() == (f"recycled_prompts: --data {tmp_path / 'none'}: no token store there (run "
+                                  f"`specbench train-data generate --out {tmp_path / 'none'}` first)")
