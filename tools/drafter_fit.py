@@ -102,8 +102,11 @@ def main() -> None:
     other = load("--against", a.against) if a.against else None
     train_set, held = FeatureStore(a.data / "features").samples().split(obj.cfg.eval_frac)
     wanted = set(a.category or ())
-    held = [s for s in held if not sampled(s) and (not wanted or s["category"] in wanted)]
-    seen = [s for s in train_set if not sampled(s) and (not wanted or s["category"] in wanted)]
+
+    def greedy(samples):
+        return [s for s in samples if not sampled(s) and (not wanted or s["category"] in wanted)]
+
+    held, seen = greedy(held), greedy(train_set)
     random.Random(0).shuffle(seen)
     if not held or not seen:
         of = f" of {', '.join(sorted(wanted))}" if wanted else ""

@@ -28,7 +28,7 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from reference_eagle4.training.store import TokenStore, held_out  # noqa: E402
+from reference_eagle4.training.store import TokenStore, held_out, is_sampled  # noqa: E402
 from reference_eagle4.training.train import TrainConfig  # noqa: E402
 
 CATEGORIES = ("text-to-video", "text-to-image")     # image rows would need a picture's caption too
@@ -49,7 +49,7 @@ def recycle(store: TokenStore, decode: Callable[[list[int]], str], limit: int, s
     """Up to `limit` distinct requests from the store's greedy responses to training rows of `categories`, in a
     seeded order, as rows of the pool's schema (`origin: recycled`, `source_dataset` the response's pool row)."""
     frac = TrainConfig.eval_frac
-    picks = [i for i, e in enumerate(store.entries) if e["key"].endswith("#g")
+    picks = [i for i, e in enumerate(store.entries) if not is_sampled(e["key"])
              and e.get("category") in categories and not held_out(e.get("id", e["key"]), frac)]
     random.Random(seed).shuffle(picks)
     rows: list[dict[str, Any]] = []
